@@ -1,0 +1,96 @@
+"""The `NodeClient` seam: how the control plane talks to one node worker.
+
+`api` and `control` depend on this protocol only; `space.node.local.LocalNode`
+implements it in-process for a single host. Everything crossing the seam is a
+plain frozen dataclass so an HTTP implementation can serialise it unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+ObservedState = Literal["creating", "running", "paused", "suspended", "stopped", "error"]
+EventKind = Literal["stdout", "stderr", "exit"]
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What the control plane asks a node to run."""
+
+    sandbox_id: str
+    template: str = "base"
+    memory_mib: int = 256
+    vcpus: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SandboxObservation:
+    """What a node reports about one sandbox it holds."""
+
+    sandbox_id: str
+    state: ObservedState
+    template: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """A command: `cmd` runs under `/bin/sh -c`, `args` is executed directly."""
+
+    cmd: str | None = None
+    args: tuple[str, ...] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    stdin: bytes | None = None
+    timeout: float | None = None
+    pty: tuple[int, int] | None = None  # (rows, cols) for an interactive terminal
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+
+@dataclass(frozen=True)
+class ProcessEvent:
+    kind: EventKind
+    data: bytes = b""
+    exit_code: int | None = None
+
+
+class CommandHandle(Protocol):
+    """A process started in a sandbox; its events end with exactly one `exit`."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def events(self) -> AsyncIterator[ProcessEvent]: ...
+
+    async def write_stdin(self, data: bytes) -> None: ...
+
+    async def close_stdin(self) -> None: ...
+
+    async def signal(self, signum: int) -> None: ...
+
+    async def resize(self, rows: int, cols: int) -> None: ...
+
+
+class NodeClient(Protocol):
+    async def create_sandbox(self, spec: SandboxSpec) -> SandboxObservation: ...
+
+    async def destroy_sandbox(self, sandbox_id: str) -> None: ...
+
+    async def observe(self) -> list[SandboxObservation]: ...
+
+    async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult: ...
+
+    async def start_command(self, sandbox_id: str, request: ExecRequest) -> CommandHandle: ...
+
+    def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]: ...
+
+    async def write_file(self, sandbox_id: str, path: str, chunks: AsyncIterable[bytes]) -> int: ...

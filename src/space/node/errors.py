@@ -1,0 +1,27 @@
+"""Errors the node reports across the `NodeClient` seam.
+
+NodeError
+├── SandboxNotFound      no sandbox with that id on this node
+└── SandboxUnavailable   it exists but is not running (state and reason say why)
+"""
+
+from __future__ import annotations
+
+
+class NodeError(RuntimeError):
+    """Base of node errors."""
+
+
+class SandboxNotFound(NodeError):
+    def __init__(self, sandbox_id: str) -> None:
+        super().__init__(f"sandbox {sandbox_id} is not on this node")
+        self.sandbox_id = sandbox_id
+
+
+class SandboxUnavailable(NodeError):
+    def __init__(self, sandbox_id: str, state: str, reason: str | None) -> None:
+        detail = f": {reason}" if reason else ""
+        super().__init__(f"sandbox {sandbox_id} is {state}{detail}")
+        self.sandbox_id = sandbox_id
+        self.state = state
+        self.reason = reason

@@ -1,0 +1,247 @@
+"""`LocalNode`: the node worker of one host, serving the `NodeClient` seam in-process.
+
+create = record -> reflink-clone the template disk -> namespace + tap -> boot -> agent
+health -> personalise. destroy runs the same steps backwards and is idempotent; the
+startup sweep adopts VMs a previous run left alive and removes every leftover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import AsyncIterable, AsyncIterator
+from pathlib import Path
+
+from space.node.agent.client import AgentClient
+from space.node.client import (
+    CommandHandle,
+    ExecRequest,
+    ExecResult,
+    SandboxObservation,
+    SandboxSpec,
+)
+from space.node.errors import SandboxNotFound, SandboxUnavailable
+from space.node.images import TemplateImporter
+from space.node.network.netns import NetworkManager, SandboxNetwork
+from space.node.records import RecordStore, SandboxRecord, check_sandbox_id
+from space.node.sandbox import Sandbox
+from space.node.storage.pool import ensure_pool
+from space.node.templates import GuestArtifacts, build_guest, build_template
+from space.node.vmm.accel import choose_accel
+from space.node.vmm.base import NetworkAttachment, VmConfig, VmmDriver
+from space.node.vmm.qemu import QemuDriver
+
+log = logging.getLogger(__name__)
+
+
+class LocalNode:
+    """Implements `NodeClient` for the host it runs on."""
+
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        cache_dir: Path,
+        accel: str,
+        run_dir: Path = Path("/run/space"),
+        net_prefix: str = "space",
+        pool_size: str = "64G",
+    ) -> None:
+        self.data_dir = data_dir
+        self.cache_dir = cache_dir
+        self.run_dir = run_dir
+        self._accel = accel
+        self._pool_size = pool_size
+        self._net = NetworkManager(net_prefix)
+        self._sandboxes: dict[str, Sandbox] = {}
+        self._driver: VmmDriver | None = None
+        self._guest: GuestArtifacts | None = None
+        self._records: RecordStore | None = None
+        self._importer: TemplateImporter | None = None
+
+    async def start(self) -> None:
+        pool = await asyncio.to_thread(ensure_pool, self.data_dir, self._pool_size)
+        self._records = RecordStore(pool.sandboxes)
+        self._importer = TemplateImporter(pool)
+        self._guest = await asyncio.to_thread(build_guest, self.cache_dir)
+        self._driver = QemuDriver(choose_accel(self._accel))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        await self._sweep()
+
+    async def close(self) -> None:
+        """Stop serving; VMs keep running so the next start adopts them."""
+        for sandbox in self._sandboxes.values():
+            await sandbox.close()
+        self._sandboxes.clear()
+
+    async def destroy_all(self) -> None:
+        for sandbox_id in list(self._sandboxes):
+            await self.destroy_sandbox(sandbox_id)
+
+    async def create_sandbox(self, spec: SandboxSpec) -> SandboxObservation:
+        check_sandbox_id(spec.sandbox_id)
+        if spec.sandbox_id in self._sandboxes:
+            return self._sandboxes[spec.sandbox_id].observation()
+        image = await asyncio.to_thread(build_template, spec.template, self.cache_dir)
+        record = SandboxRecord(
+            spec.sandbox_id, spec.template, image.digest, spec.memory_mib, spec.vcpus, spec.env
+        )
+        records, importer = self._ready()
+        record.save(records.directory(spec.sandbox_id))
+        sandbox = Sandbox(record)
+        self._sandboxes[spec.sandbox_id] = sandbox
+        try:
+            template_disk = await importer.pooled(image.rootfs, image.digest)
+            await importer.clone_disk(template_disk, records.disk(spec.sandbox_id))
+            network = await asyncio.to_thread(self._net.create, spec.sandbox_id)
+            await self._boot(sandbox, network)
+        except BaseException as exc:
+            sandbox.state, sandbox.reason = "error", f"create failed: {exc}"
+            await self.destroy_sandbox(spec.sandbox_id)
+            raise
+        return sandbox.observation()
+
+    async def destroy_sandbox(self, sandbox_id: str) -> None:
+        records, _ = self._ready()
+        sandbox = self._sandboxes.pop(sandbox_id, None)
+        directory = records.directory(sandbox_id)
+        if sandbox is not None and directory.exists():
+            sandbox.record.marked_deleting().save(directory)
+        await self._teardown(sandbox_id, sandbox)
+
+    async def observe(self) -> list[SandboxObservation]:
+        return [sandbox.observation() for sandbox in self._sandboxes.values()]
+
+    async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+        return await self._agent(sandbox_id).exec(request)
+
+    async def start_command(self, sandbox_id: str, request: ExecRequest) -> CommandHandle:
+        return await self._agent(sandbox_id).start(request)
+
+    async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        async for chunk in self._agent(sandbox_id).read_file(path):
+            yield chunk
+
+    async def write_file(self, sandbox_id: str, path: str, chunks: AsyncIterable[bytes]) -> int:
+        return await self._agent(sandbox_id).write_file(path, chunks)
+
+    def agent(self, sandbox_id: str) -> AgentClient:
+        """The agent of a running sandbox, for operations beyond the seam (stat, watch, PTY)."""
+        return self._agent(sandbox_id)
+
+    def sandbox(self, sandbox_id: str) -> Sandbox:
+        try:
+            return self._sandboxes[sandbox_id]
+        except KeyError:
+            raise SandboxNotFound(sandbox_id) from None
+
+    async def _boot(self, sandbox: Sandbox, network: SandboxNetwork) -> None:
+        driver = self._ready_driver()
+        vm = await driver.boot(self._vm_config(sandbox.record, network))
+        sandbox.watch(vm)
+        await sandbox.connect_agent()
+        await sandbox.personalise()
+        sandbox.state = "running"
+
+    def _vm_config(self, record: SandboxRecord, network: SandboxNetwork) -> VmConfig:
+        records, _ = self._ready()
+        guest = self._ready_guest()
+        cmdline = (
+            f"console=ttyS0 quiet panic=-1 {network.kernel_args()} "
+            f"space.hostname={record.sandbox_id}"
+        )
+        return VmConfig(
+            vm_id=record.sandbox_id,
+            run_dir=self.run_dir / record.sandbox_id,
+            kernel=guest.kernel,
+            initramfs=guest.initramfs,
+            cmdline=cmdline,
+            root_disk=records.disk(record.sandbox_id),
+            agent_disk=guest.agent_disk,
+            memory_mib=record.memory_mib,
+            vcpus=record.vcpus,
+            network=NetworkAttachment(network.netns, network.tap, network.guest_mac),
+        )
+
+    async def _teardown(self, sandbox_id: str, sandbox: Sandbox | None) -> None:
+        """Remove every host resource of a sandbox; safe to repeat after a crash."""
+        driver = self._ready_driver()
+        records, _ = self._ready()
+        if sandbox is not None:
+            await sandbox.close()
+        vm = sandbox.vm if sandbox is not None else None
+        if vm is None and (records.directory(sandbox_id) / "record.json").exists():
+            record = SandboxRecord.restore(records.directory(sandbox_id))
+            vm = await driver.adopt(self._vm_config(record, SandboxNetwork("")))
+        if vm is not None:
+            await driver.stop(vm)
+        await asyncio.to_thread(self._net.delete, sandbox_id)
+        shutil.rmtree(self.run_dir / sandbox_id, ignore_errors=True)
+        records.remove(sandbox_id)
+
+    async def _sweep(self) -> None:
+        """Adopt live VMs of known sandboxes; remove whatever has no record."""
+        records, _ = self._ready()
+        known, leftovers = records.load_all()
+        for directory in leftovers:
+            log.warning("removing leftover sandbox directory %s", directory)
+            shutil.rmtree(directory, ignore_errors=True)
+        for record in known:
+            if record.deleting:
+                await self._teardown(record.sandbox_id, None)
+            else:
+                await self._adopt(record)
+        await self._remove_orphans({r.sandbox_id for r in known if not r.deleting})
+
+    async def _adopt(self, record: SandboxRecord) -> None:
+        sandbox = Sandbox(record)
+        self._sandboxes[record.sandbox_id] = sandbox
+        config = self._vm_config(record, SandboxNetwork(self._net.netns_name(record.sandbox_id)))
+        vm = await self._ready_driver().adopt(config)
+        if vm is None:
+            sandbox.state = "stopped"
+            sandbox.reason = "its VM was not running when the node started"
+            return
+        sandbox.watch(vm)
+        try:
+            await sandbox.connect_agent(timeout=10.0)
+            sandbox.state = "running"
+        except SandboxUnavailable as exc:
+            sandbox.state, sandbox.reason = "error", f"agent did not answer after adoption: {exc}"
+
+    async def _remove_orphans(self, known: set[str]) -> None:
+        driver = self._ready_driver()
+        for sandbox_id in set(self._net.sandbox_ids()) - known:
+            log.warning("removing orphaned namespace of %s", sandbox_id)
+            await asyncio.to_thread(self._net.delete, sandbox_id)
+        for run in self.run_dir.iterdir():
+            if run.name in known:
+                continue
+            config = self._vm_config(SandboxRecord(run.name, "", "", 0, 0), SandboxNetwork(""))
+            vm = await driver.adopt(config)
+            if vm is not None:
+                log.warning("stopping orphaned VM %s", run.name)
+                await driver.stop(vm)
+            shutil.rmtree(run, ignore_errors=True)
+
+    def _agent(self, sandbox_id: str) -> AgentClient:
+        sandbox = self.sandbox(sandbox_id)
+        if sandbox.state != "running" or sandbox.agent is None:
+            raise SandboxUnavailable(sandbox_id, sandbox.state, sandbox.reason)
+        return sandbox.agent
+
+    def _ready(self) -> tuple[RecordStore, TemplateImporter]:
+        if self._records is None or self._importer is None:
+            raise RuntimeError("LocalNode.start() has not run")
+        return self._records, self._importer
+
+    def _ready_driver(self) -> VmmDriver:
+        if self._driver is None:
+            raise RuntimeError("LocalNode.start() has not run")
+        return self._driver
+
+    def _ready_guest(self) -> GuestArtifacts:
+        if self._guest is None:
+            raise RuntimeError("LocalNode.start() has not run")
+        return self._guest

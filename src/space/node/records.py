@@ -1,0 +1,100 @@
+"""What a node persists about each sandbox, written before any host resource exists.
+
+A record is the node's memory across restarts: the startup sweep reads every record
+to adopt live VMs, and removes any namespace, run directory or disk without one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+RECORD_VERSION = 1
+RECORD_FILE = "record.json"
+SANDBOX_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+
+
+class InvalidSandboxId(ValueError):
+    """A sandbox id that cannot name host resources."""
+
+
+def check_sandbox_id(sandbox_id: str) -> str:
+    if not SANDBOX_ID.fullmatch(sandbox_id):
+        raise InvalidSandboxId(
+            f"sandbox id {sandbox_id!r} must be 1-40 of [a-z0-9-], starting alphanumeric"
+        )
+    return sandbox_id
+
+
+@dataclass(frozen=True)
+class SandboxRecord:
+    sandbox_id: str
+    template: str
+    template_digest: str
+    memory_mib: int
+    vcpus: int
+    env: dict[str, str] = field(default_factory=dict)
+    deleting: bool = False
+
+    def save(self, directory: Path) -> None:
+        """Atomically write the record (fsynced) into the sandbox's directory."""
+        directory.mkdir(parents=True, exist_ok=True)
+        payload = {"version": RECORD_VERSION, **asdict(self)}
+        tmp = directory / f".{RECORD_FILE}.tmp"
+        with tmp.open("w") as handle:
+            json.dump(payload, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, directory / RECORD_FILE)
+        _fsync_dir(directory)
+
+    @classmethod
+    def restore(cls, directory: Path) -> SandboxRecord:
+        data: dict[str, Any] = json.loads((directory / RECORD_FILE).read_text())
+        version = data.pop("version", None)
+        if version != RECORD_VERSION:
+            raise ValueError(f"{directory}: unsupported record version {version!r}")
+        return cls(**data)
+
+    def marked_deleting(self) -> SandboxRecord:
+        return replace(self, deleting=True)
+
+
+class RecordStore:
+    """One directory per sandbox under the pool: record, disk."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def directory(self, sandbox_id: str) -> Path:
+        return self.root / check_sandbox_id(sandbox_id)
+
+    def disk(self, sandbox_id: str) -> Path:
+        return self.directory(sandbox_id) / "disk.ext4"
+
+    def load_all(self) -> tuple[list[SandboxRecord], list[Path]]:
+        """Readable records, and directories that hold no valid record (leftovers)."""
+        records: list[SandboxRecord] = []
+        leftovers: list[Path] = []
+        for child in sorted(self.root.iterdir()):
+            try:
+                records.append(SandboxRecord.restore(child))
+            except (OSError, ValueError, TypeError):
+                leftovers.append(child)
+        return records, leftovers
+
+    def remove(self, sandbox_id: str) -> None:
+        shutil.rmtree(self.directory(sandbox_id), ignore_errors=True)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,80 @@
+"""One sandbox on this node: its VM, its agent connection, and what it was last seen doing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+from space.node.agent.client import AgentClient
+from space.node.client import ObservedState, SandboxObservation
+from space.node.records import SandboxRecord
+from space.node.tasks import spawn
+from space.node.vmm.base import VmHandle
+
+log = logging.getLogger(__name__)
+
+AGENT_TIMEOUT = 120.0
+
+
+@dataclass
+class Sandbox:
+    record: SandboxRecord
+    vm: VmHandle | None = None
+    agent: AgentClient | None = None
+    state: ObservedState = "creating"
+    reason: str | None = None
+    stopping: bool = False
+    _watcher: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    @property
+    def sandbox_id(self) -> str:
+        return self.record.sandbox_id
+
+    def observation(self) -> SandboxObservation:
+        return SandboxObservation(self.sandbox_id, self.state, self.record.template, self.reason)
+
+    def watch(self, vm: VmHandle) -> None:
+        """Notice the VMM ending on its own (crash, kill, guest power-off)."""
+        self.vm = vm
+        self._watcher = spawn(self._watch_vm(vm), name=f"watch-vm-{self.sandbox_id}")
+
+    async def _watch_vm(self, vm: VmHandle) -> None:
+        status = await vm.wait()
+        if self.stopping:
+            return
+        self.state = "error"
+        self.reason = f"VMM process {vm.pid} exited unexpectedly ({_describe(status)})"
+        log.error("sandbox %s: %s", self.sandbox_id, self.reason)
+        if self.agent is not None:
+            await self.agent.close()
+
+    async def connect_agent(self, timeout: float = AGENT_TIMEOUT) -> AgentClient:
+        assert self.vm is not None
+        self.agent = await AgentClient.connect(self.vm.config.agent_socket, timeout=timeout)
+        return self.agent
+
+    async def personalise(self) -> None:
+        """Fresh clock, entropy and identity, so clones share no randomness or names."""
+        assert self.agent is not None
+        await self.agent.set_clock(time.time_ns())
+        await self.agent.reseed(os.urandom(64))
+        await self.agent.set_identity(self.sandbox_id, self.sandbox_id)
+
+    async def close(self) -> None:
+        self.stopping = True
+        if self._watcher is not None:
+            self._watcher.cancel()
+        if self.agent is not None:
+            await self.agent.close()
+            self.agent = None
+
+
+def _describe(status: int) -> str:
+    if status < 0 and status != -1:
+        return f"killed by signal {-status}"
+    if status == -1:
+        return "status unknown"
+    return f"exit status {status}"

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+
+import pytest
+
+from space.node.network.netns import NetworkManager
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+]
+
+
+def test_namespace_holds_a_tap_and_has_no_route_out() -> None:
+    manager = NetworkManager(f"spn{secrets.token_hex(3)}")
+    net = manager.create("a1")
+    try:
+        assert manager.create("a1") == net
+        assert manager.sandbox_ids() == ["a1"]
+        links = subprocess.run(
+            ["ip", "-n", net.netns, "-o", "link"], capture_output=True, text=True, check=True
+        ).stdout
+        assert "tap0" in links
+        routes = subprocess.run(
+            ["ip", "-n", net.netns, "route"], capture_output=True, text=True, check=True
+        ).stdout
+        assert "default" not in routes
+    finally:
+        manager.delete("a1")
+    assert manager.sandbox_ids() == []
+    manager.delete("a1")
