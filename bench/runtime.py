@@ -1,0 +1,111 @@
+"""Node runtime figures: cold boot to agent-ready, exec round trip, file throughput.
+
+    sudo SPACE_ACCEL=tcg .venv/bin/python -m bench.runtime [--boots 5] [--execs 200]
+
+Baselines measured in the same run: a host `true` via fork/exec, and a host-side
+file copy of the same size, so the VM figures read as ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from bench.stats import emit, percentile, summary
+from space.node.client import ExecRequest, SandboxSpec
+from space.node.local import LocalNode
+from space.node.storage.pool import release_pool
+
+FILE_MB = 64
+
+
+async def main(boots: int, execs: int, template: str) -> None:
+    data_dir = Path(tempfile.mkdtemp(prefix="space-bench-"))
+    tag = secrets.token_hex(3)
+    node = LocalNode(
+        data_dir=data_dir,
+        cache_dir=Path(os.environ.get("SPACE_CACHE_DIR", "/var/cache/space")),
+        accel=os.environ.get("SPACE_ACCEL", "tcg"),
+        run_dir=Path(f"/run/space-bench-{tag}"),
+        net_prefix=f"spb{tag}",
+        pool_size="16G",
+    )
+    await node.start()
+    try:
+        await _bench(node, boots, execs, template)
+    finally:
+        await node.destroy_all()
+        await node.close()
+        release_pool(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(node.run_dir, ignore_errors=True)
+
+
+async def _bench(node: LocalNode, boots: int, execs: int, template: str) -> None:
+    boot_times = []
+    for i in range(boots):
+        started = time.perf_counter()
+        await node.create_sandbox(SandboxSpec(sandbox_id=f"bench{i}", template=template))
+        boot_times.append(time.perf_counter() - started)
+        if i:
+            await node.destroy_sandbox(f"bench{i}")
+    emit(summary(f"cold boot to agent-ready ({template})", boot_times))
+
+    host = []
+    for _ in range(execs):
+        started = time.perf_counter()
+        subprocess.run(["true"], check=True)
+        host.append(time.perf_counter() - started)
+    rtts = []
+    for _ in range(execs):
+        started = time.perf_counter()
+        await node.exec("bench0", ExecRequest(args=("true",)))
+        rtts.append(time.perf_counter() - started)
+    emit(summary("host fork/exec `true` (baseline)", host))
+    emit(summary("exec round trip `true`", rtts))
+    ratio = percentile(rtts, 50) / percentile(host, 50)
+    emit(f"{'ratio exec p50 / host p50':<34} {ratio:.1f}x")
+    await _files(node)
+
+
+async def _files(node: LocalNode) -> None:
+    payload = os.urandom(FILE_MB << 20)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for offset in range(0, len(payload), 1 << 20):
+            yield payload[offset : offset + (1 << 20)]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        Path(tmp, "copy").write_bytes(payload)
+        os.sync()
+        host_rate = FILE_MB / (time.perf_counter() - started)
+    started = time.perf_counter()
+    await node.write_file("bench0", "/root/bench.bin", chunks())
+    up = FILE_MB / (time.perf_counter() - started)
+    started = time.perf_counter()
+    received = 0
+    async for chunk in node.read_file("bench0", "/root/bench.bin"):
+        received += len(chunk)
+    down = FILE_MB / (time.perf_counter() - started)
+    assert received == len(payload)
+    emit(f"{'host file write (baseline)':<34} {host_rate:9.1f} MB/s")
+    emit(f"{'file upload into sandbox':<34} {up:9.1f} MB/s ({FILE_MB} MB)")
+    emit(f"{'file download from sandbox':<34} {down:9.1f} MB/s ({FILE_MB} MB)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--boots", type=int, default=5)
+    parser.add_argument("--execs", type=int, default=200)
+    parser.add_argument("--template", default="base")
+    args = parser.parse_args()
+    asyncio.run(main(args.boots, args.execs, args.template))
