@@ -1,0 +1,40 @@
+"""Errors raised by the host-side agent client.
+
+::
+
+    AgentError                    base: anything that went wrong talking to an agent
+     +-- AgentUnavailable         cannot connect, handshake timed out, connection lost,
+     |                            agent stopped answering; in-flight calls fail with it
+     +-- ProtocolMismatch         host and agent share no protocol generation
+     +-- AgentOperationError      the agent ran the operation and reports why it failed:
+                                  `code` (e.g. not_found, is_directory, permission_denied),
+                                  `message`, and the `path` it concerns, if any
+"""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """Base of every agent client error."""
+
+
+class AgentUnavailable(AgentError):
+    """The agent cannot be reached or stopped answering; retry after reconnecting."""
+
+
+class ProtocolMismatch(AgentError):
+    """Host and agent speak no common protocol generation."""
+
+    def __init__(self, message: str, *, agent_generations: list[int]) -> None:
+        super().__init__(message)
+        self.agent_generations = agent_generations
+
+
+class AgentOperationError(AgentError):
+    """The agent refused or failed an operation."""
+
+    def __init__(self, code: str, message: str, path: str | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.path = path

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import space.node.agent
+from space.node.agent import AgentProcess
+from space.node.client import CommandHandle
+
+
+def test_public_names_are_pinned() -> None:
+    assert sorted(space.node.agent.__all__) == [
+        "AgentClient",
+        "AgentError",
+        "AgentOperationError",
+        "AgentProcess",
+        "AgentUnavailable",
+        "FileInfo",
+        "ProcessInfo",
+        "ProtocolMismatch",
+        "Watch",
+        "WatchEvent",
+    ]
+
+
+def test_agent_process_is_a_command_handle() -> None:
+    handle_type: type[CommandHandle] = AgentProcess  # mypy checks the protocol here
+    assert handle_type is AgentProcess
