@@ -13,7 +13,7 @@ import shutil
 from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
 
-from space.node.agent.client import AgentClient
+from space.node.agent import AgentClient, AgentError
 from space.node.client import (
     CommandHandle,
     ExecRequest,
@@ -207,7 +207,7 @@ class LocalNode:
         try:
             await sandbox.connect_agent(timeout=10.0)
             sandbox.state = "running"
-        except SandboxUnavailable as exc:
+        except AgentError as exc:
             sandbox.state, sandbox.reason = "error", f"agent did not answer after adoption: {exc}"
 
     async def _remove_orphans(self, known: set[str]) -> None:

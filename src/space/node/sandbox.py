@@ -8,7 +8,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from space.node.agent.client import AgentClient
+from space.node.agent import AgentClient
 from space.node.client import ObservedState, SandboxObservation
 from space.node.records import SandboxRecord
 from space.node.tasks import spawn

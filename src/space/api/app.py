@@ -1,0 +1,84 @@
+"""`create_app(settings, node)`: the native HTTP API of one process."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from space.api.bootstrap import open_database
+from space.api.errors import install_error_handlers
+from space.api.hub import CommandHub
+from space.api.metrics import Metrics, MetricsMiddleware
+from space.api.routes import commands, files, sandboxes, system
+from space.api.routes import lifecycle as power
+from space.api.state import AppState
+from space.config import Settings
+from space.control.controller import Controller
+from space.control.waiter import DbWaiter, Lifecycle
+from space.node.client import NodeClient
+from space.store.commands import CommandRepo
+from space.store.db import Database
+
+API_VERSION = "0.1.0"
+
+
+def create_app(
+    settings: Settings,
+    node: NodeClient | None,
+    *,
+    db: Database | None = None,
+    run_controller: bool = True,
+) -> FastAPI:
+    """Build the app. With a node, a `Controller` creates sandboxes in-process and
+    (unless `run_controller` is False) reconciles in the background; without one,
+    sandbox creation waits for a separate `space controller` and data-plane calls
+    answer 503."""
+    db = db or open_database(settings)
+    controller = _controller(settings, db, node)
+    hub = _hub(settings, db, node)
+    lifecycle: Lifecycle = controller or DbWaiter(db, timeout=settings.timeouts.create)
+    metrics = Metrics(db)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if controller is not None and run_controller:
+            controller.start()
+        try:
+            yield
+        finally:
+            if hub is not None:
+                await hub.aclose()
+            if controller is not None:
+                await controller.aclose()
+
+    app = FastAPI(title="SPACE", version=API_VERSION, lifespan=lifespan)
+    app.state.space = AppState(settings, db, node, lifecycle, hub)
+    app.state.metrics = metrics
+    install_error_handlers(app)
+    for module in (sandboxes, commands, files, power, system):
+        app.include_router(module.router)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app
+
+
+def _controller(settings: Settings, db: Database, node: NodeClient | None) -> Controller | None:
+    if node is None:
+        return None
+    return Controller(db=db, node=node, timeouts=settings.timeouts, config=settings.controller)
+
+
+def _hub(settings: Settings, db: Database, node: NodeClient | None) -> CommandHub | None:
+    """The process holding the node owns command streams; earlier ones cannot resume."""
+    if node is None:
+        return None
+    with db.session() as session:
+        CommandRepo(session).mark_running_lost()
+    return CommandHub(
+        db=db,
+        node=node,
+        log_dir=settings.commands_dir,
+        keepalive=settings.server.sse_keepalive_seconds,
+        call_timeout=settings.timeouts.node_call,
+    )

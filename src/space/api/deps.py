@@ -1,0 +1,65 @@
+"""Typed FastAPI dependencies: `StateDep`, `SessionDep`, `PrincipalDep`, `SandboxDep`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
+
+from space.api.errors import ApiError
+from space.api.state import AppState
+from space.store.keys import KeyRepo, Principal
+from space.store.models import Sandbox
+from space.store.sandboxes import SandboxRepo
+from space.store.states import SandboxState
+
+
+def _state(request: Request) -> AppState:
+    state: AppState = request.app.state.space
+    return state
+
+
+StateDep = Annotated[AppState, Depends(_state)]
+
+
+def _session(state: StateDep) -> Iterator[Session]:
+    with state.db.session() as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(_session)]
+
+
+def _principal(request: Request, state: StateDep) -> Principal:
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise ApiError(401, "unauthorized", "missing `Authorization: Bearer <key>` header")
+    with state.db.session() as session:
+        principal = KeyRepo(session).authenticate(key.strip())
+    if principal is None:
+        raise ApiError(401, "unauthorized", "invalid API key")
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(_principal)]
+
+
+def _sandbox(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Sandbox:
+    """The caller's sandbox (another org's is a 404), with its activity recorded."""
+    with state.db.session() as session:
+        repo = SandboxRepo(session)
+        sandbox = repo.get(sandbox_id, org_id=principal.org_id)
+        repo.touch(sandbox.id)
+    return sandbox
+
+
+SandboxDep = Annotated[Sandbox, Depends(_sandbox)]
+
+
+def require_running(sandbox: Sandbox) -> None:
+    """Data-plane calls need a running sandbox; anything else is a 409."""
+    if sandbox.state != SandboxState.RUNNING.value:
+        raise ApiError(409, "sandbox_not_running", f"sandbox {sandbox.id} is {sandbox.state}")

@@ -1,0 +1,87 @@
+"""Prometheus metrics of one API process, in a registry of its own.
+
+`space_api_requests_total` and `space_api_request_duration_seconds` are labelled
+by route template (never the raw path, so ids do not explode cardinality);
+`space_sandboxes{state}` is read from the database at scrape time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from space.store.db import Database
+from space.store.sandboxes import SandboxRepo
+from space.store.states import SandboxState
+
+
+class _SandboxCollector(Collector):
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def collect(self) -> Iterator[Metric]:
+        with self._db.session() as session:
+            counts = SandboxRepo(session).count_by_state()
+        family = GaugeMetricFamily("space_sandboxes", "Sandboxes by state", labels=["state"])
+        for state in SandboxState:
+            family.add_metric([state.value], counts.get(state.value, 0))
+        yield family
+
+
+class Metrics:
+    def __init__(self, db: Database) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "space_api_requests",
+            "API requests",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "space_api_request_duration_seconds",
+            "API request latency until the response starts",
+            ["method", "route"],
+            registry=self.registry,
+        )
+        self.registry.register(_SandboxCollector(db))
+
+
+class MetricsMiddleware:
+    """Pure ASGI (streams pass through untouched): counts and times each request."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def observe(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                route = _route_of(scope)
+                self.metrics.latency.labels(scope["method"], route).observe(
+                    time.perf_counter() - started
+                )
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observe)
+        finally:
+            self.metrics.requests.labels(scope["method"], _route_of(scope), str(status)).inc()
+
+
+def _route_of(scope: Scope) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "unmatched"

@@ -1,0 +1,134 @@
+"""`POST .../exec`, `POST .../commands`, SSE `GET .../commands/{cid}/events`,
+`POST .../commands/{cid}/stdin` and `.../signal`."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import signal as signals
+from dataclasses import replace
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Response
+from fastapi.responses import StreamingResponse
+
+from space.api.deps import SandboxDep, SessionDep, StateDep, require_running
+from space.api.errors import ApiError
+from space.api.schemas import CommandCreated, ExecBody, ExecOut, SignalBody, StdinBody
+from space.api.sse import event_stream
+from space.node.client import ExecRequest
+from space.store.commands import CommandRepo
+
+router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["commands"])
+
+EXEC_GRACE_SECONDS = 5.0
+
+
+def to_request(body: ExecBody) -> ExecRequest:
+    if (body.cmd is None) == (body.args is None):
+        raise ApiError(422, "validation_error", "give exactly one of `cmd` or `args`", "cmd")
+    return ExecRequest(
+        cmd=body.cmd,
+        args=tuple(body.args) if body.args is not None else None,
+        env=dict(body.env),
+        cwd=body.cwd,
+        stdin=body.stdin.encode() if body.stdin is not None else None,
+        timeout=body.timeout,
+    )
+
+
+@router.post("/exec")
+async def exec_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) -> ExecOut:
+    """Run a command to completion and return its output."""
+    timeout = body.timeout or state.settings.timeouts.exec
+    request = replace(to_request(body), timeout=timeout)
+    require_running(sandbox)
+    limit = timeout + EXEC_GRACE_SECONDS
+    try:
+        async with asyncio.timeout(limit):
+            result = await state.node.exec(sandbox.id, request)
+    except TimeoutError as exc:
+        raise ApiError(504, "exec_timeout", f"command did not finish within {limit:.0f}s") from exc
+    return ExecOut(
+        exit_code=result.exit_code,
+        stdout=result.stdout.decode(errors="replace"),
+        stderr=result.stderr.decode(errors="replace"),
+    )
+
+
+@router.post("/commands", status_code=201)
+async def start_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) -> CommandCreated:
+    """Start a background command; follow it with `GET .../commands/{cid}/events`."""
+    request = to_request(body)
+    require_running(sandbox)
+    argv: dict[str, Any] = {"cmd": body.cmd} if body.cmd is not None else {"args": body.args}
+    command_id = await state.commands.start(sandbox.id, request, argv)
+    return CommandCreated(id=command_id)
+
+
+@router.get(
+    "/commands/{command_id}/events",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def command_events(
+    command_id: str,
+    sandbox: SandboxDep,
+    state: StateDep,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> StreamingResponse:
+    """`stdout`/`stderr`/`exit` events as SSE; `Last-Event-ID` resumes after that id."""
+    after = _parse_last_event_id(last_event_id)
+    records = state.commands.events(sandbox.id, command_id, after)
+    return StreamingResponse(
+        event_stream(records),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.post("/commands/{command_id}/stdin", status_code=204)
+async def command_stdin(
+    command_id: str, body: StdinBody, sandbox: SandboxDep, state: StateDep, session: SessionDep
+) -> Response:
+    """Write base64 `data` to the command's stdin; `eof: true` closes it."""
+    CommandRepo(session).get(sandbox.id, command_id)
+    try:
+        data = base64.b64decode(body.data, validate=True)
+    except binascii.Error as exc:
+        raise ApiError(422, "validation_error", "data: not valid base64", "data") from exc
+    await state.commands.write_stdin(command_id, data, body.eof)
+    return Response(status_code=204)
+
+
+@router.post("/commands/{command_id}/signal", status_code=204)
+async def command_signal(
+    command_id: str, body: SignalBody, sandbox: SandboxDep, state: StateDep, session: SessionDep
+) -> Response:
+    CommandRepo(session).get(sandbox.id, command_id)
+    await state.commands.signal(command_id, _signum(body.signal))
+    return Response(status_code=204)
+
+
+def _parse_last_event_id(value: str | None) -> int:
+    if value is None or value == "":
+        return 0
+    try:
+        after = int(value)
+    except ValueError as exc:
+        raise ApiError(400, "bad_request", "not an event id", "Last-Event-ID") from exc
+    if after < 0:
+        raise ApiError(400, "bad_request", "not an event id", "Last-Event-ID")
+    return after
+
+
+def _signum(value: int | str) -> int:
+    if isinstance(value, int):
+        if value in {s.value for s in signals.Signals}:
+            return value
+    else:
+        name = value.upper() if value.upper().startswith("SIG") else f"SIG{value.upper()}"
+        if name in signals.Signals.__members__:
+            return signals.Signals[name].value
+    raise ApiError(422, "validation_error", f"unknown signal {value!r}", "signal")

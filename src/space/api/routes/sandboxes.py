@@ -1,0 +1,81 @@
+"""`POST/GET /v1/sandboxes`, `GET/DELETE /v1/sandboxes/{id}`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep
+from space.api.errors import ApiError
+from space.api.schemas import CreateSandbox, SandboxList, SandboxOut
+from space.store.models import Sandbox
+from space.store.sandboxes import NewSandbox, SandboxRepo
+from space.store.states import DesiredState, SandboxState
+
+router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
+
+
+def to_out(row: Sandbox) -> SandboxOut:
+    return SandboxOut(
+        id=row.id,
+        template=row.template,
+        state=row.state,
+        desired_state=row.desired_state,
+        reason=row.reason,
+        metadata=row.meta,
+        timeout=row.timeout_seconds,
+        idle_timeout=row.idle_timeout_seconds,
+        created_at=row.created_at,
+        last_activity_at=row.last_activity_at,
+    )
+
+
+@router.post("", status_code=201)
+async def create_sandbox(
+    body: CreateSandbox, principal: PrincipalDep, state: StateDep
+) -> SandboxOut:
+    """Create a sandbox; answers once it is running."""
+    new = NewSandbox(
+        template=body.template,
+        idle_timeout_seconds=body.idle_timeout or state.settings.timeouts.idle,
+        timeout_seconds=body.timeout,
+        env=body.env,
+        metadata=body.metadata,
+        network=body.network,
+    )
+    with state.db.session() as session:
+        sandbox_id = SandboxRepo(session).create(principal.org_id, principal.project_id, new).id
+    await state.lifecycle.ensure_created(sandbox_id)
+    with state.db.session() as session:
+        row = SandboxRepo(session).get(sandbox_id)
+    if row.state == SandboxState.ERROR.value:
+        raise ApiError(502, "sandbox_create_failed", f"sandbox {row.id}: {row.reason}")
+    if row.state != SandboxState.RUNNING.value:
+        raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
+    return to_out(row)
+
+
+@router.get("")
+async def list_sandboxes(principal: PrincipalDep, session: SessionDep) -> SandboxList:
+    rows = SandboxRepo(session).list_for_org(principal.org_id)
+    return SandboxList(sandboxes=[to_out(row) for row in rows])
+
+
+@router.get("/{sandbox_id}")
+async def get_sandbox(sandbox: SandboxDep) -> SandboxOut:
+    return to_out(sandbox)
+
+
+@router.delete("/{sandbox_id}", status_code=204)
+async def delete_sandbox(sandbox: SandboxDep, state: StateDep) -> Response:
+    """Mark the sandbox for deletion and destroy its VM."""
+    with state.db.session() as session:
+        SandboxRepo(session).transition(
+            sandbox.id,
+            expected_generation=sandbox.generation,
+            to=SandboxState.DELETING,
+            desired=DesiredState.DELETED,
+        )
+    await state.lifecycle.ensure_deleted(sandbox.id)
+    if state.hub is not None:
+        state.hub.discard(sandbox.id)
+    return Response(status_code=204)

@@ -1,0 +1,385 @@
+"""The `space` command.
+
+Server side (`up`, `api`, `controller`, `node`, `keys`) reads the same settings
+as the server (`SPACE_*`); client side (`sandbox`, `template ls`) talks to the
+API through `space.sdk` (`SPACE_API_URL`, `SPACE_API_KEY`). Human tables by
+default, `--json` for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from space.config import ServerConfig, Settings
+from space.sdk import Sandbox, SandboxInfo, SpaceError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+
+
+def table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> None:
+    cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        out("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {}
+    for name in ("data_dir", "cache_dir"):
+        if getattr(args, name, None):
+            overrides[name] = Path(getattr(args, name))
+    server = {k: getattr(args, k) for k in ("host", "port") if getattr(args, k, None) is not None}
+    if server:
+        overrides["server"] = ServerConfig(**server)
+    return Settings(**overrides)
+
+
+# -- server processes ------------------------------------------------------------
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """API + controller + local node in one process."""
+    settings = settings_from(args)
+    asyncio.run(_serve_with_node(settings))
+    return 0
+
+
+async def _serve_with_node(settings: Settings) -> None:
+    from space.api.app import create_app
+    from space.api.bootstrap import open_database
+    from space.node.local import LocalNode
+
+    db = open_database(settings)
+    node = LocalNode(data_dir=settings.data_dir, cache_dir=settings.cache_dir, accel=settings.accel)
+    await node.start()
+    try:
+        app = create_app(settings, node, db=db)
+        _announce(settings)
+        await _uvicorn(app, settings)
+    finally:
+        await node.close()
+        db.dispose()
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    """An API replica without a node: creation waits for `space controller`."""
+    from space.api.app import create_app
+
+    settings = settings_from(args)
+    app = create_app(settings, None)
+    _announce(settings)
+    asyncio.run(_uvicorn(app, settings))
+    return 0
+
+
+def cmd_controller(args: argparse.Namespace) -> int:
+    """The reconciler over the database, driving the node of this host."""
+    settings = settings_from(args)
+    asyncio.run(_run_controller(settings))
+    return 0
+
+
+async def _run_controller(settings: Settings) -> None:
+    from space.api.bootstrap import open_database
+    from space.control.controller import Controller
+    from space.control.tasks import run_periodically
+    from space.node.local import LocalNode
+
+    db = open_database(settings)
+    node = LocalNode(data_dir=settings.data_dir, cache_dir=settings.cache_dir, accel=settings.accel)
+    await node.start()
+    controller = Controller(
+        db=db, node=node, timeouts=settings.timeouts, config=settings.controller
+    )
+    err(f"space controller reconciling {settings.database_url.split('@')[-1]}")
+    try:
+        await run_periodically(
+            "reconciler",
+            controller.reconcile_once,
+            interval=settings.controller.reconcile_interval,
+            backoff=settings.controller.restart_backoff,
+        )
+    finally:
+        await node.close()
+        db.dispose()
+
+
+def cmd_node(_args: argparse.Namespace) -> int:
+    err("space node: a node worker served over HTTP is not available yet; run `space up`")
+    return 2
+
+
+def _announce(settings: Settings) -> None:
+    out(f"SPACE API listening on http://{settings.server.host}:{settings.server.port}")
+    if settings.bootstrap_key:
+        out("admin key: the value of SPACE_BOOTSTRAP_KEY")
+    else:
+        out(f"admin key: {settings.admin_key_path}")
+
+
+async def _uvicorn(app: Any, settings: Settings) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(
+        app, host=settings.server.host, port=settings.server.port, log_level="info"
+    )
+    await uvicorn.Server(config).serve()
+
+
+def cmd_keys_create(args: argparse.Namespace) -> int:
+    from space.api.bootstrap import open_database
+    from space.store.keys import KeyRepo
+
+    db = open_database(settings_from(args))
+    try:
+        with db.session() as session:
+            issued = KeyRepo(session).issue(args.org, args.project)
+    finally:
+        db.dispose()
+    if args.json:
+        out(json.dumps({"key": issued.key, "org": issued.org, "project": issued.project}))
+    else:
+        out(issued.key)
+    return 0
+
+
+# -- client commands -------------------------------------------------------------
+
+
+def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for item in values or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"{flag} expects KEY=VALUE, got {item!r}")
+        result[key] = value
+    return result
+
+
+def _show(infos: Sequence[SandboxInfo], as_json: bool) -> None:
+    if as_json:
+        out(json.dumps([asdict(i) for i in infos]))
+        return
+    rows = [(i.id, i.template, i.state, i.reason or "") for i in infos]
+    table(rows, ["ID", "TEMPLATE", "STATE", "REASON"])
+
+
+def cmd_sandbox_create(args: argparse.Namespace) -> int:
+    sandbox = Sandbox.create(
+        args.template,
+        env=_pairs(args.env, "--env"),
+        metadata=_pairs(args.metadata, "--metadata"),
+        timeout=args.timeout,
+    )
+    sandbox.close()
+    out(json.dumps(asdict(sandbox.info)) if args.json else sandbox.id)
+    return 0
+
+
+def cmd_sandbox_ls(args: argparse.Namespace) -> int:
+    _show(Sandbox.list(), args.json)
+    return 0
+
+
+def cmd_sandbox_exec(args: argparse.Namespace) -> int:
+    command: str | list[str] = args.command[0] if len(args.command) == 1 else args.command
+    with _connected(args.id) as sandbox:
+        if args.json:
+            result = sandbox.exec(command)
+            out(json.dumps(asdict(result)))
+            return result.exit_code
+        exit_code = 1
+        for event in sandbox.stream(command):
+            if event.kind == "exit":
+                exit_code = event.exit_code if event.exit_code is not None else 1
+            else:
+                stream = sys.stdout if event.kind == "stdout" else sys.stderr
+                stream.buffer.write(event.data)
+                stream.flush()
+        return exit_code
+
+
+def cmd_sandbox_cp(args: argparse.Namespace) -> int:
+    """`cp ID:/path local` downloads, `cp local ID:/path` uploads."""
+    src_id, src_path = _remote(args.src)
+    dst_id, dst_path = _remote(args.dst)
+    if (src_id is None) == (dst_id is None):
+        raise SystemExit("cp: exactly one of SRC and DST must be SANDBOX:/abs/path")
+    if src_id is not None:
+        with _connected(src_id) as sandbox, open(dst_path, "wb") as file:
+            sandbox.files.download(src_path, file)
+    else:
+        assert dst_id is not None
+        with _connected(dst_id) as sandbox, open(src_path, "rb") as file:
+            sandbox.files.write(dst_path, file)
+    return 0
+
+
+def _remote(spec: str) -> tuple[str | None, str]:
+    head, sep, tail = spec.partition(":")
+    if sep and tail.startswith("/") and "/" not in head:
+        return head, tail
+    return None, spec
+
+
+@contextmanager
+def _connected(sandbox_id: str) -> Iterator[Sandbox]:
+    """The sandbox's client, closed afterwards (the sandbox itself is left alone)."""
+    sandbox = Sandbox.connect(sandbox_id)
+    try:
+        yield sandbox
+    finally:
+        sandbox.close()
+
+
+def cmd_sandbox_power(args: argparse.Namespace) -> int:
+    with _connected(args.id) as sandbox:
+        info: SandboxInfo = getattr(sandbox, args.op)()
+    out(json.dumps(asdict(info)) if args.json else f"{info.id} {info.state}")
+    return 0
+
+
+def cmd_sandbox_rm(args: argparse.Namespace) -> int:
+    for sandbox_id in args.ids:
+        with _connected(sandbox_id) as sandbox:
+            sandbox.kill()
+    out(json.dumps({"deleted": args.ids}) if args.json else "\n".join(args.ids))
+    return 0
+
+
+def cmd_template_ls(args: argparse.Namespace) -> int:
+    from space.node.templates import TEMPLATES
+
+    names = sorted(TEMPLATES)
+    if args.json:
+        out(json.dumps([{"name": n} for n in names]))
+    else:
+        table([(n,) for n in names], ["NAME"])
+    return 0
+
+
+def cmd_template_build(args: argparse.Namespace) -> int:
+    from space.node.templates import StderrProgress, build_all
+
+    settings = settings_from(args)
+    names = tuple(args.names) or ("base", "busybox")
+    _guest, images = build_all(settings.cache_dir, names, StderrProgress())
+    rows = [(name, image.digest, str(image.rootfs)) for name, image in images.items()]
+    if args.json:
+        out(json.dumps([{"name": n, "digest": d, "rootfs": r} for n, d, r in rows]))
+    else:
+        table(rows, ["NAME", "DIGEST", "ROOTFS"])
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------
+
+
+def _server_flags(parser: argparse.ArgumentParser, *, listen: bool) -> None:
+    parser.add_argument("--data-dir", help="state directory (SPACE_DATA_DIR)")
+    if listen:
+        parser.add_argument("--host", help="listen address (default 127.0.0.1)")
+        parser.add_argument("--port", type=int, help="listen port (default 8080)")
+
+
+def _json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _command(sub: Any, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="space", description="SPACE microVM sandboxes")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    _server_flags(
+        _command(sub, "up", cmd_up, "API, controller and node in one process"), listen=True
+    )
+    _server_flags(_command(sub, "api", cmd_api, "an API replica (no node)"), listen=True)
+    _server_flags(_command(sub, "controller", cmd_controller, "the reconciler"), listen=False)
+    _command(sub, "node", cmd_node, "a node worker served over HTTP (not yet)")
+
+    keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_cmd", required=True)
+    create_key = _command(keys, "create", cmd_keys_create, "make an API key")
+    create_key.add_argument("--org", required=True)
+    create_key.add_argument("--project")
+    _json_flag(create_key)
+    _server_flags(create_key, listen=False)
+
+    sandbox = sub.add_parser("sandbox", help="sandboxes (via SPACE_API_URL/SPACE_API_KEY)")
+    sb = sandbox.add_subparsers(dest="sandbox_cmd", required=True)
+    create = _command(sb, "create", cmd_sandbox_create, "create a sandbox and print its id")
+    create.add_argument("--template", default="base")
+    create.add_argument("--env", action="append", metavar="KEY=VALUE")
+    create.add_argument("--metadata", action="append", metavar="KEY=VALUE")
+    create.add_argument("--timeout", type=int, help="lifetime in seconds")
+    _json_flag(create)
+    _json_flag(_command(sb, "ls", cmd_sandbox_ls, "list sandboxes"))
+    run = _command(sb, "exec", cmd_sandbox_exec, "run a command, stream its output")
+    run.add_argument("id")
+    run.add_argument("command", nargs="+", help="one shell string, or argv after --")
+    _json_flag(run)
+    copy = _command(sb, "cp", cmd_sandbox_cp, "copy a file: SANDBOX:/path <-> local path")
+    copy.add_argument("src")
+    copy.add_argument("dst")
+    for op in ("pause", "resume", "suspend", "restore"):
+        power = _command(sb, op, cmd_sandbox_power, f"{op} a sandbox")
+        power.add_argument("id")
+        power.set_defaults(op=op)
+        _json_flag(power)
+    remove = _command(sb, "rm", cmd_sandbox_rm, "delete sandboxes")
+    remove.add_argument("ids", nargs="+")
+    _json_flag(remove)
+
+    template = sub.add_parser("template", help="templates")
+    tp = template.add_subparsers(dest="template_cmd", required=True)
+    _json_flag(_command(tp, "ls", cmd_template_ls, "list known templates"))
+    build = _command(tp, "build", cmd_template_build, "build templates into the cache")
+    build.add_argument("names", nargs="*", help="default: base busybox")
+    build.add_argument("--cache-dir", help="SPACE_CACHE_DIR")
+    _json_flag(build)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("alembic", "httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except SpaceError as exc:
+        err(f"error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

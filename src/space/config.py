@@ -1,0 +1,80 @@
+"""Process configuration, built once at startup from the environment.
+
+Each concern owns a small sub-config reading its own `SPACE_*` variables;
+`Settings` composes them. Nothing is instantiated at import time: entry points
+build one `Settings` and pass it down (`create_app(settings, node)`,
+`make_engine(settings.database_url)`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Accel = Literal["auto", "kvm", "tcg"]
+
+GIB = 1024**3
+
+
+class ServerConfig(BaseSettings):
+    """Where the HTTP API listens and what it accepts (`SPACE_HOST`, `SPACE_PORT`, ...)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_body_bytes: int = Field(default=GIB, gt=0)
+    sse_keepalive_seconds: float = Field(default=15.0, gt=0)
+
+
+class TimeoutConfig(BaseSettings):
+    """Default deadlines in seconds (`SPACE_TIMEOUT_CREATE`, ...)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_TIMEOUT_", extra="ignore")
+
+    create: float = Field(default=120.0, gt=0)
+    exec: float = Field(default=300.0, gt=0)
+    node_call: float = Field(default=60.0, gt=0)
+    idle: int = Field(default=6 * 3600, gt=0)
+
+
+class ControllerConfig(BaseSettings):
+    """Reconciler cadence (`SPACE_CONTROLLER_RECONCILE_INTERVAL`, ...)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_CONTROLLER_", extra="ignore")
+
+    reconcile_interval: float = Field(default=5.0, gt=0)
+    restart_backoff: float = Field(default=1.0, gt=0)
+
+
+class Settings(BaseSettings):
+    """Everything one SPACE process needs."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_", extra="ignore")
+
+    data_dir: Path = Path("/var/lib/space")
+    cache_dir: Path = Path("/var/cache/space")
+    database_url: str = ""
+    accel: Accel = "auto"
+    bootstrap_key: str | None = None
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    timeouts: TimeoutConfig = Field(default_factory=TimeoutConfig)
+    controller: ControllerConfig = Field(default_factory=ControllerConfig)
+
+    @model_validator(mode="after")
+    def _default_database(self) -> Settings:
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.data_dir / 'space.db'}"
+        return self
+
+    @property
+    def commands_dir(self) -> Path:
+        """Host-side command output logs, replayed to SSE readers."""
+        return self.data_dir / "commands"
+
+    @property
+    def admin_key_path(self) -> Path:
+        return self.data_dir / "admin.key"

@@ -1,0 +1,170 @@
+"""The sandbox controller: drives rows toward their desired state through a node.
+
+The API calls `ensure_created` / `ensure_deleted` for a fast answer; the same
+code runs from `reconcile_once`, the periodic, level-triggered backstop that
+converges desired and observed state after any crash. At most one operation per
+sandbox is in flight; a second caller waits for the first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from space.config import ControllerConfig, TimeoutConfig
+from space.control.plan import Action, RowSnapshot, Verb, plan
+from space.control.tasks import TaskSet, run_periodically
+from space.node.client import NodeClient, SandboxSpec
+from space.store.db import Database
+from space.store.errors import NotFound, StaleGeneration
+from space.store.models import Sandbox
+from space.store.sandboxes import SandboxRepo
+from space.store.states import SandboxState
+
+log = logging.getLogger(__name__)
+
+
+class Controller:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        node: NodeClient,
+        timeouts: TimeoutConfig,
+        config: ControllerConfig,
+    ) -> None:
+        self._db = db
+        self._node = node
+        self._timeouts = timeouts
+        self._config = config
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._tasks = TaskSet()
+
+    # -- entry points -----------------------------------------------------------
+
+    async def ensure_created(self, sandbox_id: str) -> None:
+        """Create the VM for a `creating` row; returns once the row has left `creating`."""
+        await self._once(sandbox_id, lambda: self._create(sandbox_id))
+
+    async def ensure_deleted(self, sandbox_id: str) -> None:
+        """Destroy the VM of a `deleting` row and mark it `deleted`."""
+        await self._once(sandbox_id, lambda: self._finish_delete(sandbox_id))
+
+    async def reconcile_once(self) -> None:
+        """One level-triggered pass over every live sandbox and every observed VM."""
+        async with asyncio.timeout(self._timeouts.node_call):
+            observed = await self._node.observe()
+        with self._db.session() as session:
+            rows = [_snapshot(row) for row in SandboxRepo(session).list_live()]
+        actions = plan(rows, observed, busy=frozenset(self._in_flight))
+        for action in actions:
+            log.info("reconcile: %s %s (%s)", action.verb, action.sandbox_id, action.reason)
+            try:
+                await self._apply(action)
+            except Exception:
+                log.exception("reconcile: %s %s failed", action.verb, action.sandbox_id)
+
+    def start(self) -> None:
+        """Run the reconciler in the background (first pass immediately)."""
+        self._tasks.spawn(
+            "space-reconciler",
+            run_periodically(
+                "reconciler",
+                self.reconcile_once,
+                interval=self._config.reconcile_interval,
+                backoff=self._config.restart_backoff,
+            ),
+        )
+
+    async def aclose(self) -> None:
+        await self._tasks.aclose()
+
+    # -- actions ----------------------------------------------------------------
+
+    async def _apply(self, action: Action) -> None:
+        sandbox_id = action.sandbox_id
+        if action.verb is Verb.CREATE:
+            await self._once(sandbox_id, lambda: self._create(sandbox_id))
+        elif action.verb is Verb.FINISH_DELETE:
+            await self._once(sandbox_id, lambda: self._finish_delete(sandbox_id))
+        elif action.verb is Verb.DESTROY:
+            await self._once(sandbox_id, lambda: self._destroy(sandbox_id))
+        elif action.verb is Verb.ADOPT:
+            self._move(action, SandboxState.RUNNING)
+        elif action.verb is Verb.FAIL:
+            self._move(action, SandboxState.ERROR)
+
+    async def _once(self, sandbox_id: str, op: Callable[[], Awaitable[None]]) -> None:
+        """Run `op` once no other operation on this sandbox is in flight.
+
+        Operations re-read the row and are idempotent, so a second `create` after
+        the first one finished is a no-op. The operation runs as its own task: a
+        caller that goes away (client disconnect) does not abort it half-way.
+        """
+        while (running := self._in_flight.get(sandbox_id)) is not None:
+            await asyncio.wait({running})
+        task = self._tasks.spawn(f"sandbox-op-{sandbox_id}", _call(op))
+        self._in_flight[sandbox_id] = task
+        task.add_done_callback(lambda _t: self._in_flight.pop(sandbox_id, None))
+        await asyncio.shield(task)
+
+    async def _create(self, sandbox_id: str) -> None:
+        with self._db.session() as session:
+            row = SandboxRepo(session).get(sandbox_id)
+            if row.state != SandboxState.CREATING.value:
+                return
+            spec = SandboxSpec(sandbox_id=row.id, template=row.template, env=dict(row.env))
+            generation = row.generation
+        try:
+            async with asyncio.timeout(self._timeouts.create):
+                await self._node.create_sandbox(spec)
+        except Exception as exc:
+            reason = f"create failed: {_describe(exc)}"
+            log.warning("sandbox %s: %s", sandbox_id, reason)
+            self._transition(sandbox_id, generation, SandboxState.ERROR, reason)
+            return
+        self._transition(sandbox_id, generation, SandboxState.RUNNING, None)
+
+    async def _finish_delete(self, sandbox_id: str) -> None:
+        with self._db.session() as session:
+            row = SandboxRepo(session).get(sandbox_id)
+            if row.state != SandboxState.DELETING.value:
+                return
+            generation = row.generation
+        await self._destroy(sandbox_id)
+        self._transition(sandbox_id, generation, SandboxState.DELETED, None)
+
+    async def _destroy(self, sandbox_id: str) -> None:
+        async with asyncio.timeout(self._timeouts.node_call):
+            await self._node.destroy_sandbox(sandbox_id)
+
+    def _move(self, action: Action, to: SandboxState) -> None:
+        assert action.generation is not None
+        self._transition(action.sandbox_id, action.generation, to, action.reason)
+
+    def _transition(
+        self, sandbox_id: str, generation: int, to: SandboxState, reason: str | None
+    ) -> None:
+        """Apply a transition pinned to `generation`; a row that moved on is left alone."""
+        try:
+            with self._db.session() as session:
+                SandboxRepo(session).transition(
+                    sandbox_id, expected_generation=generation, to=to, reason=reason
+                )
+        except (StaleGeneration, NotFound) as exc:
+            log.info("sandbox %s changed meanwhile, skipping %s: %s", sandbox_id, to, exc)
+
+
+async def _call(op: Callable[[], Awaitable[None]]) -> None:
+    await op()
+
+
+def _snapshot(row: Sandbox) -> RowSnapshot:
+    return RowSnapshot(sandbox_id=row.id, state=row.state, generation=row.generation)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out waiting for the node"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

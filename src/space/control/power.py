@@ -1,0 +1,77 @@
+"""Pause, resume, suspend and restore: one table, one generation-checked path.
+
+Each operation calls the node method of the same name when the node has it
+(`pause_sandbox`, ...) and raises `NotSupported` otherwise, before touching the
+row. A node failure moves the sandbox to `error` with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from space.control.errors import NodeFailed, NotSupported
+from space.node.client import NodeClient
+from space.store.db import Database
+from space.store.models import Sandbox
+from space.store.sandboxes import SandboxRepo
+from space.store.states import DesiredState, SandboxState, check_transition
+
+PowerOp = Literal["pause", "resume", "suspend", "restore"]
+
+
+@dataclass(frozen=True)
+class _Step:
+    method: str
+    target: SandboxState
+    desired: DesiredState
+    via: SandboxState | None = None  # intermediate state held while the node works
+
+
+S = SandboxState
+
+STEPS: dict[PowerOp, _Step] = {
+    "pause": _Step("pause_sandbox", S.PAUSED, DesiredState.PAUSED),
+    "resume": _Step("resume_sandbox", S.RUNNING, DesiredState.RUNNING),
+    "suspend": _Step("suspend_sandbox", S.SUSPENDED, DesiredState.SUSPENDED, S.SUSPENDING),
+    "restore": _Step("restore_sandbox", S.RUNNING, DesiredState.RUNNING, S.RESTORING),
+}
+
+
+async def apply_power(
+    db: Database, node: NodeClient, sandbox: Sandbox, op: PowerOp, *, timeout: float
+) -> Sandbox:
+    """Run `op` on the node and record the outcome; returns the updated row."""
+    step = STEPS[op]
+    call: Callable[[str], Awaitable[object]] | None = getattr(node, step.method, None)
+    if call is None:
+        raise NotSupported(op)
+    generation = sandbox.generation
+    if step.via is None:
+        check_transition(sandbox.id, sandbox.state, step.target)
+    else:
+        generation = _move(db, sandbox.id, generation, step.via, step.desired).generation
+    try:
+        async with asyncio.timeout(timeout):
+            await call(sandbox.id)
+    except Exception as exc:
+        reason = f"{op} failed: {type(exc).__name__}: {exc}"
+        _move(db, sandbox.id, generation, S.ERROR, None, reason)
+        raise NodeFailed(reason) from exc
+    return _move(db, sandbox.id, generation, step.target, step.desired)
+
+
+def _move(
+    db: Database,
+    sandbox_id: str,
+    generation: int,
+    to: SandboxState,
+    desired: DesiredState | None,
+    reason: str | None = None,
+) -> Sandbox:
+    with db.session() as session:
+        return SandboxRepo(session).transition(
+            sandbox_id, expected_generation=generation, to=to, desired=desired, reason=reason
+        )

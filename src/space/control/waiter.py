@@ -1,0 +1,49 @@
+"""`Lifecycle`: how the API gets a sandbox created or deleted.
+
+With a node in-process (`space up`) the API calls the `Controller` directly.
+An API-only replica (`space api`) writes the row and waits, via `DbWaiter`, for
+the controller process to move it on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from space.store.db import Database
+from space.store.errors import NotFound
+from space.store.sandboxes import SandboxRepo
+from space.store.states import SandboxState
+
+
+class Lifecycle(Protocol):
+    async def ensure_created(self, sandbox_id: str) -> None: ...
+
+    async def ensure_deleted(self, sandbox_id: str) -> None: ...
+
+
+class DbWaiter:
+    """Polls the sandbox row until another process has moved it on."""
+
+    def __init__(self, db: Database, *, timeout: float, interval: float = 0.1) -> None:
+        self._db = db
+        self._timeout = timeout
+        self._interval = interval
+
+    async def ensure_created(self, sandbox_id: str) -> None:
+        await self._wait(sandbox_id, SandboxState.CREATING)
+
+    async def ensure_deleted(self, sandbox_id: str) -> None:
+        await self._wait(sandbox_id, SandboxState.DELETING)
+
+    async def _wait(self, sandbox_id: str, leaving: SandboxState) -> None:
+        async with asyncio.timeout(self._timeout):
+            while self._state(sandbox_id) == leaving.value:
+                await asyncio.sleep(self._interval)
+
+    def _state(self, sandbox_id: str) -> str:
+        try:
+            with self._db.session() as session:
+                return SandboxRepo(session).get(sandbox_id).state
+        except NotFound:
+            return SandboxState.DELETED.value

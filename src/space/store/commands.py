@@ -1,0 +1,69 @@
+"""Command rows: one per process started through `POST .../commands`."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from space.store.errors import NotFound
+from space.store.keys import new_id
+from space.store.models import Command, utcnow
+
+
+class CommandState(StrEnum):
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"  # its process was still running when the server that owned it stopped
+
+
+class CommandRepo:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def create(
+        self, sandbox_id: str, argv: dict[str, Any], *, command_id: str | None = None
+    ) -> Command:
+        row = Command(
+            id=command_id or new_id("cmd"),
+            sandbox_id=sandbox_id,
+            argv=argv,
+            state=CommandState.RUNNING.value,
+        )
+        self.session.add(row)
+        self.session.flush()
+        return row
+
+    def get(self, sandbox_id: str, command_id: str) -> Command:
+        row = self.session.get(Command, command_id, populate_existing=True)
+        if row is None or row.sandbox_id != sandbox_id:
+            raise NotFound("command", command_id)
+        return row
+
+    def finish(self, command_id: str, exit_code: int | None) -> None:
+        """Record the exit; without an exit code the process was lost."""
+        state = CommandState.LOST if exit_code is None else CommandState.EXITED
+        self.session.execute(
+            update(Command)
+            .where(Command.id == command_id)
+            .values(state=state.value, exit_code=exit_code, finished_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+
+    def mark_running_lost(self) -> list[str]:
+        """At startup: commands a previous process was streaming can never finish here."""
+        ids = list(
+            self.session.scalars(
+                select(Command.id).where(Command.state == CommandState.RUNNING.value)
+            )
+        )
+        if ids:
+            self.session.execute(
+                update(Command)
+                .where(Command.id.in_(ids))
+                .values(state=CommandState.LOST.value, finished_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+        return ids

@@ -1,0 +1,36 @@
+"""Domain errors raised by the store; the API maps each to one HTTP status.
+
+StoreError
+ ├── NotFound            the row does not exist (or is not visible to the caller)
+ ├── InvalidTransition   the state machine forbids the requested change   (409)
+ └── StaleGeneration     the row changed since the caller read it         (409)
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class for store errors."""
+
+
+class NotFound(StoreError):
+    def __init__(self, kind: str, ident: str) -> None:
+        super().__init__(f"{kind} {ident!r} not found")
+        self.kind = kind
+        self.ident = ident
+
+
+class InvalidTransition(StoreError):
+    def __init__(self, sandbox_id: str, current: str, target: str) -> None:
+        super().__init__(f"sandbox {sandbox_id} cannot go from {current!r} to {target!r}")
+        self.sandbox_id = sandbox_id
+        self.current = current
+        self.target = target
+
+
+class StaleGeneration(StoreError):
+    def __init__(self, sandbox_id: str, expected: int, actual: int | None) -> None:
+        super().__init__(f"sandbox {sandbox_id} is at generation {actual}, expected {expected}")
+        self.sandbox_id = sandbox_id
+        self.expected = expected
+        self.actual = actual

@@ -1,0 +1,130 @@
+"""Sandbox rows: creation, org-scoped reads, generation-checked state transitions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from space.store.errors import NotFound, StaleGeneration
+from space.store.keys import new_id
+from space.store.models import Sandbox, utcnow
+from space.store.states import DesiredState, SandboxState, check_transition
+
+
+@dataclass(frozen=True)
+class NewSandbox:
+    template: str
+    idle_timeout_seconds: int
+    timeout_seconds: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    network: dict[str, Any] | None = None
+
+
+class SandboxRepo:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def create(self, org_id: str, project_id: str | None, new: NewSandbox) -> Sandbox:
+        """Insert a sandbox in `creating` that should become `running`."""
+        row = Sandbox(
+            id=new_id("sb"),
+            org_id=org_id,
+            project_id=project_id,
+            template=new.template,
+            state=SandboxState.CREATING.value,
+            desired_state=DesiredState.RUNNING.value,
+            generation=1,
+            env=dict(new.env),
+            meta=dict(new.metadata),
+            network=new.network,
+            timeout_seconds=new.timeout_seconds,
+            idle_timeout_seconds=new.idle_timeout_seconds,
+        )
+        self.session.add(row)
+        self.session.flush()
+        return row
+
+    def get(self, sandbox_id: str, org_id: str | None = None) -> Sandbox:
+        """A live (not deleted) sandbox, visible to `org_id` when given."""
+        row = self.session.get(Sandbox, sandbox_id, populate_existing=True)
+        if (
+            row is None
+            or row.state == SandboxState.DELETED.value
+            or (org_id is not None and row.org_id != org_id)
+        ):
+            raise NotFound("sandbox", sandbox_id)
+        return row
+
+    def list_for_org(self, org_id: str) -> list[Sandbox]:
+        query = (
+            select(Sandbox)
+            .where(Sandbox.org_id == org_id, Sandbox.state != SandboxState.DELETED.value)
+            .order_by(Sandbox.created_at, Sandbox.id)
+        )
+        return list(self.session.scalars(query))
+
+    def list_live(self) -> list[Sandbox]:
+        """Every sandbox not yet deleted, for the reconciler."""
+        query = select(Sandbox).where(Sandbox.state != SandboxState.DELETED.value)
+        return list(self.session.scalars(query.execution_options(populate_existing=True)))
+
+    def known_ids(self, ids: list[str]) -> set[str]:
+        """Which of `ids` have a live row."""
+        if not ids:
+            return set()
+        query = select(Sandbox.id).where(
+            Sandbox.id.in_(ids), Sandbox.state != SandboxState.DELETED.value
+        )
+        return set(self.session.scalars(query))
+
+    def transition(
+        self,
+        sandbox_id: str,
+        *,
+        expected_generation: int,
+        to: SandboxState,
+        desired: DesiredState | None = None,
+        reason: str | None = None,
+    ) -> Sandbox:
+        """Move to `to` if the table allows it and nobody changed the row meanwhile."""
+        row = self.session.get(Sandbox, sandbox_id, populate_existing=True)
+        if row is None:
+            raise NotFound("sandbox", sandbox_id)
+        if row.generation != expected_generation:
+            raise StaleGeneration(sandbox_id, expected_generation, row.generation)
+        check_transition(sandbox_id, row.state, to)
+        values: dict[str, Any] = {
+            "state": to.value,
+            "generation": expected_generation + 1,
+            "reason": reason,
+            "updated_at": utcnow(),
+        }
+        if desired is not None:
+            values["desired_state"] = desired.value
+        result = self.session.execute(
+            update(Sandbox)
+            .where(Sandbox.id == sandbox_id, Sandbox.generation == expected_generation)
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise StaleGeneration(sandbox_id, expected_generation, None)
+        self.session.refresh(row)
+        return row
+
+    def touch(self, sandbox_id: str) -> None:
+        """Record activity (for idle suspend). Not a state mutation: no generation bump."""
+        self.session.execute(
+            update(Sandbox)
+            .where(Sandbox.id == sandbox_id)
+            .values(last_activity_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+
+    def count_by_state(self) -> dict[str, int]:
+        query = select(Sandbox.state, func.count()).group_by(Sandbox.state)
+        return {state: count for state, count in self.session.execute(query)}

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from space.control.plan import LOST, Action, RowSnapshot, Verb, plan
+from space.node.client import SandboxObservation
+
+
+def row(state: str, sandbox_id: str = "sb1", generation: int = 4) -> RowSnapshot:
+    return RowSnapshot(sandbox_id, state, generation)
+
+
+def obs(state: str, sandbox_id: str = "sb1", reason: str | None = None) -> SandboxObservation:
+    return SandboxObservation(sandbox_id, state, "base", reason)  # type: ignore[arg-type]
+
+
+def test_creating_without_vm_is_created() -> None:
+    assert plan([row("creating")], []) == [Action(Verb.CREATE, "sb1", 4)]
+
+
+def test_creating_with_running_vm_is_adopted() -> None:
+    assert plan([row("creating")], [obs("running")]) == [Action(Verb.ADOPT, "sb1", 4)]
+
+
+def test_creating_in_progress_on_node_is_left_alone() -> None:
+    assert plan([row("creating")], [obs("creating")]) == []
+
+
+def test_running_without_vm_is_lost() -> None:
+    assert plan([row("running")], []) == [Action(Verb.FAIL, "sb1", 4, LOST)]
+    assert plan([row("paused")], [obs("stopped")]) == [Action(Verb.FAIL, "sb1", 4, LOST)]
+
+
+def test_node_error_is_recorded_with_its_reason() -> None:
+    [action] = plan([row("running")], [obs("error", reason="qemu died")])
+    assert action.verb is Verb.FAIL
+    assert action.reason is not None and "qemu died" in action.reason
+
+
+def test_deleting_is_finished() -> None:
+    assert plan([row("deleting")], [obs("running")]) == [Action(Verb.FINISH_DELETE, "sb1", 4)]
+    assert plan([row("deleting")], []) == [Action(Verb.FINISH_DELETE, "sb1", 4)]
+
+
+def test_orphan_vms_are_destroyed() -> None:
+    [action] = plan([], [obs("running", "sbX")])
+    assert (action.verb, action.sandbox_id) == (Verb.DESTROY, "sbX")
+
+
+def test_error_rows_release_their_vm() -> None:
+    assert [a.verb for a in plan([row("error")], [obs("running")])] == [Verb.DESTROY]
+    assert plan([row("error")], []) == []
+
+
+def test_converged_and_busy_sandboxes_need_nothing() -> None:
+    assert plan([row("running"), row("suspended", "sb2")], [obs("running")]) == []
+    assert plan([row("creating")], [], busy=frozenset({"sb1"})) == []
+    assert plan([], [obs("running")], busy=frozenset({"sb1"})) == []
