@@ -103,14 +103,15 @@ class Agent:
                 if hello is None:
                     return
             ack, generation = self.answer(hello)
-            hello = None
+            nonce, hello = _nonce(hello), None
             await link.write(ack)
             if generation is None:
                 continue
             log.info("session started, generation %d", generation)
             session = Session(link, decoder, self.handlers, generation)
             try:
-                hello = await session.run()
+                while (hello := await session.run()) is not None and _nonce(hello) == nonce:
+                    await link.write(ack)  # a HELLO the host repeated while we booted
                 if hello is None:
                     log.info("host disconnected")
                     return
@@ -129,3 +130,10 @@ async def _scan(link: Link, decoder: FrameDecoder) -> Frame | None:
             return None
         decoder.feed(data)
     return frame
+
+
+def _nonce(hello: Frame) -> object:
+    try:
+        return hello.json().get("nonce")
+    except FrameError:
+        return None

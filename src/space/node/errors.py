@@ -25,3 +25,10 @@ class SandboxUnavailable(NodeError):
         self.sandbox_id = sandbox_id
         self.state = state
         self.reason = reason
+
+
+class BootFailed(NodeError):
+    def __init__(self, sandbox_id: str, why: str, console: str) -> None:
+        super().__init__(f"sandbox {sandbox_id} did not boot: {why}; console ends with:\n{console}")
+        self.sandbox_id = sandbox_id
+        self.console = console

@@ -21,7 +21,7 @@ from space.node.client import (
     SandboxObservation,
     SandboxSpec,
 )
-from space.node.errors import SandboxNotFound, SandboxUnavailable
+from space.node.errors import BootFailed, SandboxNotFound, SandboxUnavailable
 from space.node.images import TemplateImporter
 from space.node.network.netns import NetworkManager, SandboxNetwork
 from space.node.records import RecordStore, SandboxRecord, check_sandbox_id
@@ -140,7 +140,10 @@ class LocalNode:
         driver = self._ready_driver()
         vm = await driver.boot(self._vm_config(sandbox.record, network))
         sandbox.watch(vm)
-        await sandbox.connect_agent()
+        try:
+            await sandbox.connect_agent()
+        except AgentError as exc:
+            raise BootFailed(sandbox.sandbox_id, str(exc), _tail(vm.config.console_log)) from exc
         await sandbox.personalise()
         sandbox.state = "running"
 
@@ -245,3 +248,10 @@ class LocalNode:
         if self._guest is None:
             raise RuntimeError("LocalNode.start() has not run")
         return self._guest
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no console output)"

@@ -49,3 +49,29 @@ def _cpu_flags(cpuinfo: Path) -> set[str]:
         if line.startswith("flags"):
             return set(line.partition(":")[2].split())
     return set()
+
+
+def guest_kernel_args(accel: Accel, cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """Kernel arguments that keep a TCG guest booting on a loaded host.
+
+    Under TCG the guest's TSC runs at the host's rate, but the kernel's PIT
+    calibration fails when the host is busy and the boot then stalls without a
+    clocksource; telling it the frequency skips calibration altogether.
+    """
+    if accel == "kvm":
+        return ""
+    mhz = _cpu_mhz(cpuinfo)
+    if mhz is None or "constant_tsc" not in _cpu_flags(cpuinfo):
+        return "no_timer_check"
+    return f"tsc_early_khz={round(mhz * 1000)} tsc=reliable no_timer_check"
+
+
+def _cpu_mhz(cpuinfo: Path) -> float | None:
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("cpu MHz"):
+            return float(line.partition(":")[2])
+    return None

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from space.node.vmm.accel import Accel
+from space.node.vmm.accel import Accel, guest_kernel_args
 from space.node.vmm.base import VmConfig, VmExited, VmHandle, VmmError, VmmUnavailable
 from space.node.vmm.process import ProcessWatch, process_matches, read_pid
 from space.node.vmm.qemu_args import QEMU_BINARY, qemu_argv
@@ -50,7 +51,8 @@ class QemuDriver:
         config.run_dir.mkdir(parents=True, exist_ok=True)
         for stale in (config.agent_socket, config.control_socket, config.pid_file):
             stale.unlink(missing_ok=True)
-        argv = qemu_argv(config, self.accel)
+        cmdline = f"{config.cmdline} {guest_kernel_args(self.accel)}".strip()
+        argv = qemu_argv(dataclasses.replace(config, cmdline=cmdline), self.accel)
         if config.network is not None:
             argv = ["ip", "netns", "exec", config.network.netns, *argv]
         with config.vmm_log.open("ab") as log_file:
