@@ -17,10 +17,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from space.config import ServerConfig, Settings
 from space.sdk import Sandbox, SandboxInfo, SpaceError
+
+if TYPE_CHECKING:
+    from space.node.local import LocalNode
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -64,10 +67,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 async def _serve_with_node(settings: Settings) -> None:
     from space.api.app import create_app
     from space.api.bootstrap import open_database
-    from space.node.local import LocalNode
 
     db = open_database(settings)
-    node = LocalNode(data_dir=settings.data_dir, cache_dir=settings.cache_dir, accel=settings.accel)
+    node = _local_node(settings)
     await node.start()
     try:
         app = create_app(settings, node, db=db)
@@ -76,6 +78,21 @@ async def _serve_with_node(settings: Settings) -> None:
     finally:
         await node.close()
         db.dispose()
+
+
+def _local_node(settings: Settings) -> LocalNode:
+    from space.node.local import LocalNode
+    from space.node.templates import StderrProgress
+
+    return LocalNode(
+        data_dir=settings.data_dir,
+        cache_dir=settings.cache_dir,
+        accel=settings.accel,
+        run_dir=settings.node.run_dir,
+        net_prefix=settings.node.net_prefix,
+        pool_size=settings.node.pool_size,
+        progress=StderrProgress(),
+    )
 
 
 def cmd_api(args: argparse.Namespace) -> int:
@@ -100,10 +117,9 @@ async def _run_controller(settings: Settings) -> None:
     from space.api.bootstrap import open_database
     from space.control.controller import Controller
     from space.control.tasks import run_periodically
-    from space.node.local import LocalNode
 
     db = open_database(settings)
-    node = LocalNode(data_dir=settings.data_dir, cache_dir=settings.cache_dir, accel=settings.accel)
+    node = _local_node(settings)
     await node.start()
     controller = Controller(
         db=db, node=node, timeouts=settings.timeouts, config=settings.controller

@@ -50,6 +50,20 @@ class ControllerConfig(BaseSettings):
     restart_backoff: float = Field(default=1.0, gt=0)
 
 
+class NodeConfig(BaseSettings):
+    """`SPACE_NODE_*`, plus `SPACE_POOL_SIZE`: how the node worker uses this host."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SPACE_NODE_", extra="ignore", populate_by_name=True
+    )
+
+    run_dir: Path = Path("/run/space")
+    net_prefix: str = Field(default="space", pattern=r"^[a-z][a-z0-9]{0,11}$")
+    pool_size: str = Field(
+        default="64G", pattern=r"^[0-9]+[KMGT]$", validation_alias="SPACE_POOL_SIZE"
+    )
+
+
 class Settings(BaseSettings):
     """Everything one SPACE process needs."""
 
@@ -63,6 +77,7 @@ class Settings(BaseSettings):
     server: ServerConfig = Field(default_factory=ServerConfig)
     timeouts: TimeoutConfig = Field(default_factory=TimeoutConfig)
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
+    node: NodeConfig = Field(default_factory=NodeConfig)
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

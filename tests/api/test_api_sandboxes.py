@@ -121,3 +121,14 @@ async def test_activity_is_recorded(client: httpx.AsyncClient) -> None:
     await client.post(f"/v1/sandboxes/{created['id']}/exec", json={"cmd": "true"})
     after = (await client.get(f"/v1/sandboxes/{created['id']}")).json()
     assert after["last_activity_at"] > created["last_activity_at"]
+
+
+async def test_unknown_template_is_422_naming_it_and_leaves_no_row(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    response = await client.post("/v1/sandboxes", json={"template": "no-such"})
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert (error["code"], error["field"]) == ("unknown_template", "template")
+    assert "busybox" in error["message"]
+    assert count_rows(db, Sandbox) == 0

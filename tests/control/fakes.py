@@ -78,6 +78,9 @@ class FakeNode:
     created: list[str] = field(default_factory=list)
     destroyed: list[str] = field(default_factory=list)
 
+    async def templates(self) -> list[str]:
+        return ["base", "busybox"]
+
     async def create_sandbox(self, spec: SandboxSpec) -> SandboxObservation:
         await asyncio.sleep(self.create_delay)
         if self.fail_create is not None:

@@ -32,3 +32,10 @@ class BootFailed(NodeError):
         super().__init__(f"sandbox {sandbox_id} did not boot: {why}; console ends with:\n{console}")
         self.sandbox_id = sandbox_id
         self.console = console
+
+
+class UnknownTemplate(NodeError):
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"unknown template {name!r}; known: {', '.join(known)}")
+        self.name = name
+        self.known = known

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import shutil
 from collections.abc import AsyncIterable, AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
 
 from space.node.agent import AgentClient, AgentError
@@ -21,18 +22,28 @@ from space.node.client import (
     SandboxObservation,
     SandboxSpec,
 )
-from space.node.errors import BootFailed, SandboxNotFound, SandboxUnavailable
+from space.node.errors import BootFailed, SandboxNotFound, SandboxUnavailable, UnknownTemplate
+from space.node.fileerrors import as_oserror
 from space.node.images import TemplateImporter
 from space.node.network.netns import NetworkManager, SandboxNetwork
 from space.node.records import RecordStore, SandboxRecord, check_sandbox_id
 from space.node.sandbox import Sandbox
 from space.node.storage.pool import ensure_pool
-from space.node.templates import GuestArtifacts, build_guest, build_template
+from space.node.templates import (
+    TEMPLATES,
+    GuestArtifacts,
+    Progress,
+    TemplateImage,
+    build_guest,
+    build_template,
+)
 from space.node.vmm.accel import choose_accel
-from space.node.vmm.base import NetworkAttachment, VmConfig, VmmDriver
+from space.node.vmm.base import NetworkAttachment, VmConfig, VmHandle, VmmDriver
 from space.node.vmm.qemu import QemuDriver
 
 log = logging.getLogger(__name__)
+
+DEFAULT_TEMPLATE = "base"
 
 
 class LocalNode:
@@ -47,6 +58,7 @@ class LocalNode:
         run_dir: Path = Path("/run/space"),
         net_prefix: str = "space",
         pool_size: str = "64G",
+        progress: Progress | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.cache_dir = cache_dir
@@ -59,12 +71,15 @@ class LocalNode:
         self._guest: GuestArtifacts | None = None
         self._records: RecordStore | None = None
         self._importer: TemplateImporter | None = None
+        self._templates: dict[str, TemplateImage] = {}
+        self._progress = progress
 
     async def start(self) -> None:
         pool = await asyncio.to_thread(ensure_pool, self.data_dir, self._pool_size)
         self._records = RecordStore(pool.sandboxes)
         self._importer = TemplateImporter(pool)
-        self._guest = await asyncio.to_thread(build_guest, self.cache_dir)
+        self._guest = await asyncio.to_thread(build_guest, self.cache_dir, self._progress)
+        await self._template(DEFAULT_TEMPLATE)
         self._driver = QemuDriver(choose_accel(self._accel))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         await self._sweep()
@@ -83,7 +98,7 @@ class LocalNode:
         check_sandbox_id(spec.sandbox_id)
         if spec.sandbox_id in self._sandboxes:
             return self._sandboxes[spec.sandbox_id].observation()
-        image = await asyncio.to_thread(build_template, spec.template, self.cache_dir)
+        image = await self._template(spec.template)
         record = SandboxRecord(
             spec.sandbox_id, spec.template, image.digest, spec.memory_mib, spec.vcpus, spec.env
         )
@@ -120,11 +135,30 @@ class LocalNode:
         return await self._agent(sandbox_id).start(request)
 
     async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
-        async for chunk in self._agent(sandbox_id).read_file(path):
-            yield chunk
+        with as_oserror(path):
+            async with aclosing(self._agent(sandbox_id).read_file(path)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
 
     async def write_file(self, sandbox_id: str, path: str, chunks: AsyncIterable[bytes]) -> int:
-        return await self._agent(sandbox_id).write_file(path, chunks)
+        with as_oserror(path):
+            return await self._agent(sandbox_id).write_file(path, chunks)
+
+    async def pause_sandbox(self, sandbox_id: str) -> None:
+        sandbox = self._running(sandbox_id)
+        await self._ready_driver().pause(_vm(sandbox))
+        sandbox.state = "paused"
+
+    async def resume_sandbox(self, sandbox_id: str) -> None:
+        sandbox = self.sandbox(sandbox_id)
+        if sandbox.state != "paused":
+            raise SandboxUnavailable(sandbox_id, sandbox.state, "only a paused sandbox resumes")
+        await self._ready_driver().resume(_vm(sandbox))
+        sandbox.state = "running"
+
+    async def templates(self) -> list[str]:
+        """Names of the templates this node can run."""
+        return sorted(TEMPLATES)
 
     def agent(self, sandbox_id: str) -> AgentClient:
         """The agent of a running sandbox, for operations beyond the seam (stat, watch, PTY)."""
@@ -135,6 +169,15 @@ class LocalNode:
             return self._sandboxes[sandbox_id]
         except KeyError:
             raise SandboxNotFound(sandbox_id) from None
+
+    async def _template(self, name: str) -> TemplateImage:
+        """The template's image, built once per node process (later lookups are free)."""
+        if name not in TEMPLATES:
+            raise UnknownTemplate(name, sorted(TEMPLATES))
+        if name not in self._templates:
+            image = await asyncio.to_thread(build_template, name, self.cache_dir, self._progress)
+            self._templates[name] = image
+        return self._templates[name]
 
     async def _boot(self, sandbox: Sandbox, network: SandboxNetwork) -> None:
         driver = self._ready_driver()
@@ -229,10 +272,15 @@ class LocalNode:
             shutil.rmtree(run, ignore_errors=True)
 
     def _agent(self, sandbox_id: str) -> AgentClient:
+        agent = self._running(sandbox_id).agent
+        assert agent is not None
+        return agent
+
+    def _running(self, sandbox_id: str) -> Sandbox:
         sandbox = self.sandbox(sandbox_id)
         if sandbox.state != "running" or sandbox.agent is None:
             raise SandboxUnavailable(sandbox_id, sandbox.state, sandbox.reason)
-        return sandbox.agent
+        return sandbox
 
     def _ready(self) -> tuple[RecordStore, TemplateImporter]:
         if self._records is None or self._importer is None:
@@ -255,3 +303,9 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except FileNotFoundError:
         return "(no console output)"
+
+
+def _vm(sandbox: Sandbox) -> VmHandle:
+    if sandbox.vm is None:
+        raise SandboxUnavailable(sandbox.sandbox_id, sandbox.state, "it has no VM")
+    return sandbox.vm

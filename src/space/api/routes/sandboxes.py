@@ -34,6 +34,14 @@ async def create_sandbox(
     body: CreateSandbox, principal: PrincipalDep, state: StateDep
 ) -> SandboxOut:
     """Create a sandbox; answers once it is running."""
+    node = state.node_client
+    if node is not None and body.template not in (known := await node.templates()):
+        raise ApiError(
+            422,
+            "unknown_template",
+            f"no template {body.template!r}; known: {', '.join(known)}",
+            "template",
+        )
     new = NewSandbox(
         template=body.template,
         idle_timeout_seconds=body.idle_timeout or state.settings.timeouts.idle,
