@@ -23,6 +23,7 @@ from space.guest.ops import Body, Handler, OpError, arg_int, arg_str
 from space.guest.protocol import ErrorCode
 
 RNDADDENTROPY = 0x40085203  # _IOW('R', 0x03, int[2])
+RNDRESEEDCRNG = 0x5207  # _IO('R', 0x07)
 _MAX_ENTROPY = 4096
 _RANDOM_DEVICE = "/dev/urandom"
 
@@ -37,12 +38,18 @@ class SystemState:
 
 
 def reseed(entropy: bytes) -> Body:
-    """Mix bytes into the kernel pool and, where allowed, credit them as entropy."""
+    """Mix bytes into the kernel pool, credit them, and force the CRNG to reseed now.
+
+    A VM restored from a snapshot resumes with its parent's CRNG state; without
+    the forced reseed the kernel would keep that state for up to a minute, so two
+    clones would read the same "random" bytes.
+    """
     with open(_RANDOM_DEVICE, "wb", buffering=0) as dev:
         dev.write(entropy)  # mixes, never credits
         info = struct.pack("ii", len(entropy) * 8, len(entropy)) + entropy
         try:
             fcntl.ioctl(dev.fileno(), RNDADDENTROPY, info)
+            fcntl.ioctl(dev.fileno(), RNDRESEEDCRNG)
         except OSError as exc:
             return {"mixed": len(entropy), "credited": False, "reason": exc.strerror}
     return {"mixed": len(entropy), "credited": True, "reason": None}

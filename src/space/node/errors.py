@@ -39,3 +39,9 @@ class UnknownTemplate(NodeError):
         super().__init__(f"unknown template {name!r}; known: {', '.join(known)}")
         self.name = name
         self.known = known
+
+
+class SnapshotMissing(NodeError):
+    def __init__(self, sandbox_id: str) -> None:
+        super().__init__(f"sandbox {sandbox_id} has no sealed snapshot to restore from")
+        self.sandbox_id = sandbox_id

@@ -8,13 +8,16 @@ startup sweep adopts VMs a previous run left alive and removes every leftover.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import secrets
 import shutil
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
 
 from space.node.agent import AgentClient, AgentError
+from space.node.agentops import AgentOpsMixin
 from space.node.client import (
     CommandHandle,
     ExecRequest,
@@ -22,13 +25,21 @@ from space.node.client import (
     SandboxObservation,
     SandboxSpec,
 )
-from space.node.errors import BootFailed, SandboxNotFound, SandboxUnavailable, UnknownTemplate
+from space.node.errors import (
+    BootFailed,
+    SandboxNotFound,
+    SandboxUnavailable,
+    SnapshotMissing,
+    UnknownTemplate,
+)
 from space.node.fileerrors import as_oserror
 from space.node.images import TemplateImporter
 from space.node.network.netns import NetworkManager, SandboxNetwork
 from space.node.records import RecordStore, SandboxRecord, check_sandbox_id
-from space.node.sandbox import Sandbox
+from space.node.sandbox import AGENT_TIMEOUT, Sandbox
+from space.node.snapshotting import BootFiles, Snapshotter
 from space.node.storage.pool import ensure_pool
+from space.node.storage.snapshots import LocalSnapshotStore
 from space.node.templates import (
     TEMPLATES,
     GuestArtifacts,
@@ -38,7 +49,7 @@ from space.node.templates import (
     build_template,
 )
 from space.node.vmm.accel import choose_accel
-from space.node.vmm.base import NetworkAttachment, VmConfig, VmHandle, VmmDriver
+from space.node.vmm.base import NetworkAttachment, VmConfig, VmHandle, VmmDriver, VmmError
 from space.node.vmm.qemu import QemuDriver
 
 log = logging.getLogger(__name__)
@@ -46,7 +57,7 @@ log = logging.getLogger(__name__)
 DEFAULT_TEMPLATE = "base"
 
 
-class LocalNode:
+class LocalNode(AgentOpsMixin):
     """Implements `NodeClient` for the host it runs on."""
 
     def __init__(
@@ -59,6 +70,7 @@ class LocalNode:
         net_prefix: str = "space",
         pool_size: str = "64G",
         progress: Progress | None = None,
+        base_snapshots: bool = True,
     ) -> None:
         self.data_dir = data_dir
         self.cache_dir = cache_dir
@@ -73,6 +85,13 @@ class LocalNode:
         self._importer: TemplateImporter | None = None
         self._templates: dict[str, TemplateImage] = {}
         self._progress = progress
+        self._use_bases = base_snapshots
+        self._bases_lock = asyncio.Lock()
+        self._snapshotter: Snapshotter | None = None
+
+    @property
+    def net_prefix(self) -> str:
+        return self._net.prefix
 
     async def start(self) -> None:
         pool = await asyncio.to_thread(ensure_pool, self.data_dir, self._pool_size)
@@ -81,13 +100,18 @@ class LocalNode:
         self._guest = await asyncio.to_thread(build_guest, self.cache_dir, self._progress)
         await self._template(DEFAULT_TEMPLATE)
         self._driver = QemuDriver(choose_accel(self._accel))
+        store = LocalSnapshotStore(pool.root / "snapshots")
+        self._snapshotter = Snapshotter(self._driver, store, self._importer)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self._scratch, ignore_errors=True)
         await self._sweep()
 
     async def close(self) -> None:
         """Stop serving; VMs keep running so the next start adopts them."""
         for sandbox in self._sandboxes.values():
             await sandbox.close()
+            if sandbox.vm is not None:
+                await self._ready_driver().release(sandbox.vm)
         self._sandboxes.clear()
 
     async def destroy_all(self) -> None:
@@ -107,10 +131,14 @@ class LocalNode:
         sandbox = Sandbox(record)
         self._sandboxes[spec.sandbox_id] = sandbox
         try:
-            template_disk = await importer.pooled(image.rootfs, image.digest)
-            await importer.clone_disk(template_disk, records.disk(spec.sandbox_id))
+            base = await self._base_snapshot(image, record) if self._use_bases else None
             network = await asyncio.to_thread(self._net.create, spec.sandbox_id)
-            await self._boot(sandbox, network)
+            if base is None:
+                template_disk = await importer.pooled(image.rootfs, image.digest)
+                await importer.clone_disk(template_disk, records.disk(spec.sandbox_id))
+                await self._boot(sandbox, network)
+            else:
+                await self._restore(sandbox, network, base)
         except BaseException as exc:
             sandbox.state, sandbox.reason = "error", f"create failed: {exc}"
             await self.destroy_sandbox(spec.sandbox_id)
@@ -129,10 +157,10 @@ class LocalNode:
         return [sandbox.observation() for sandbox in self._sandboxes.values()]
 
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
-        return await self._agent(sandbox_id).exec(request)
+        return await self._agent(sandbox_id).exec(self._with_env(sandbox_id, request))
 
     async def start_command(self, sandbox_id: str, request: ExecRequest) -> CommandHandle:
-        return await self._agent(sandbox_id).start(request)
+        return await self._agent(sandbox_id).start(self._with_env(sandbox_id, request))
 
     async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         with as_oserror(path):
@@ -147,6 +175,7 @@ class LocalNode:
     async def pause_sandbox(self, sandbox_id: str) -> None:
         sandbox = self._running(sandbox_id)
         await self._ready_driver().pause(_vm(sandbox))
+        self._save(sandbox, sandbox.record.with_power(paused=True))
         sandbox.state = "paused"
 
     async def resume_sandbox(self, sandbox_id: str) -> None:
@@ -154,7 +183,57 @@ class LocalNode:
         if sandbox.state != "paused":
             raise SandboxUnavailable(sandbox_id, sandbox.state, "only a paused sandbox resumes")
         await self._ready_driver().resume(_vm(sandbox))
+        self._save(sandbox, sandbox.record.with_power())
         sandbox.state = "running"
+
+    async def suspend_sandbox(self, sandbox_id: str) -> None:
+        """Snapshot memory, devices and disk (sealed, fsynced), then end the VM."""
+        sandbox = self.sandbox(sandbox_id)
+        if sandbox.state not in ("running", "paused"):
+            raise SandboxUnavailable(sandbox_id, sandbox.state, "only a live sandbox suspends")
+        snapshotter, vm = self._ready_snapshotter(), _vm(sandbox)
+        try:
+            await snapshotter.capture(vm, sandbox_id, {"sandbox_id": sandbox_id})
+        except BaseException:
+            await self._recover_from_failed_suspend(sandbox, vm)
+            raise
+        self._save(sandbox, sandbox.record.with_power(suspended=True))
+        await sandbox.close()
+        await snapshotter.driver.stop(vm)
+        sandbox.vm = None
+        await asyncio.to_thread(self._net.delete, sandbox_id)
+        shutil.rmtree(self.run_dir / sandbox_id, ignore_errors=True)
+        snapshotter.store.prune(sandbox_id)
+        sandbox.state, sandbox.reason = "suspended", None
+
+    async def _recover_from_failed_suspend(self, sandbox: Sandbox, vm: VmHandle) -> None:
+        """Keep the sandbox at its last good state: live again, or its previous snapshot."""
+        snapshotter = self._ready_snapshotter()
+        if sandbox.state == "running" and sandbox.vm is vm and not sandbox.stopping:
+            try:
+                await snapshotter.driver.resume(vm)
+                return
+            except VmmError:
+                pass
+        if snapshotter.store.latest(sandbox.sandbox_id) is not None:
+            await sandbox.close()
+            await snapshotter.driver.stop(vm)
+            sandbox.vm = None
+            self._save(sandbox, sandbox.record.with_power(suspended=True))
+            sandbox.state = "suspended"
+            sandbox.reason = "suspend failed; restorable from the previous snapshot"
+
+    async def restore_sandbox(self, sandbox_id: str) -> None:
+        """Bring a suspended sandbox back from its newest sealed snapshot."""
+        sandbox = self.sandbox(sandbox_id)
+        if sandbox.state != "suspended":
+            raise SandboxUnavailable(sandbox_id, sandbox.state, "only a suspended sandbox restores")
+        snapshot = self._ready_snapshotter().store.latest(sandbox_id)
+        if snapshot is None:
+            raise SnapshotMissing(sandbox_id)
+        network = await asyncio.to_thread(self._net.create, sandbox_id)
+        await self._restore(sandbox, network, snapshot)
+        self._save(sandbox, sandbox.record.with_power())
 
     async def templates(self) -> list[str]:
         """Names of the templates this node can run."""
@@ -190,9 +269,60 @@ class LocalNode:
         await sandbox.personalise()
         sandbox.state = "running"
 
-    def _vm_config(self, record: SandboxRecord, network: SandboxNetwork) -> VmConfig:
-        records, _ = self._ready()
+    async def _restore(self, sandbox: Sandbox, network: SandboxNetwork, snapshot: Path) -> None:
+        snapshotter = self._ready_snapshotter()
+        boot = snapshotter.boot_files(snapshot)
+        vm = await snapshotter.start_from(snapshot, self._vm_config(sandbox.record, network, boot))
+        sandbox.watch(vm)
+        try:
+            await sandbox.connect_agent()
+        except AgentError as exc:
+            raise BootFailed(sandbox.sandbox_id, str(exc), _tail(vm.config.console_log)) from exc
+        await sandbox.personalise()
+        sandbox.state = "running"
+
+    async def _base_snapshot(self, image: TemplateImage, record: SandboxRecord) -> Path:
+        """The template's base snapshot (a booted VM with its agent ready), made once."""
         guest = self._ready_guest()
+        key = (
+            f"base-{image.name}-{image.digest[:12]}-{guest.digest[:12]}"
+            f"-{record.memory_mib}m{record.vcpus}c"
+        )
+        async with self._bases_lock:
+            snapshot = self._ready_snapshotter().store.latest(key)
+            if snapshot is None:
+                snapshot = await self._build_base(key, image, record)
+        return snapshot
+
+    async def _build_base(self, key: str, image: TemplateImage, template: SandboxRecord) -> Path:
+        _, importer = self._ready()
+        snapshotter = self._ready_snapshotter()
+        vm_id = f"base{secrets.token_hex(4)}"
+        record = dataclasses.replace(template, sandbox_id=vm_id, env={})
+        self._scratch.mkdir(parents=True, exist_ok=True)
+        disk = self._scratch / f"{vm_id}.ext4"
+        log.info("building base snapshot %s", key)
+        network = await asyncio.to_thread(self._net.create, vm_id)
+        try:
+            await importer.clone_disk(await importer.pooled(image.rootfs, image.digest), disk)
+            config = dataclasses.replace(self._vm_config(record, network), root_disk=disk)
+            vm = await snapshotter.driver.boot(config)
+            try:
+                agent = await AgentClient.connect(config.agent_socket, timeout=AGENT_TIMEOUT)
+                await agent.close()
+                return await snapshotter.capture(vm, key, {"template": image.name})
+            finally:
+                await snapshotter.driver.stop(vm)
+        finally:
+            await asyncio.to_thread(self._net.delete, vm_id)
+            shutil.rmtree(self.run_dir / vm_id, ignore_errors=True)
+            disk.unlink(missing_ok=True)
+
+    def _vm_config(
+        self, record: SandboxRecord, network: SandboxNetwork, boot: BootFiles | None = None
+    ) -> VmConfig:
+        records, _ = self._ready()
+        files = boot or BootFiles.of(self._ready_guest())
         cmdline = (
             f"console=ttyS0 quiet panic=-1 {network.kernel_args()} "
             f"space.hostname={record.sandbox_id}"
@@ -200,11 +330,11 @@ class LocalNode:
         return VmConfig(
             vm_id=record.sandbox_id,
             run_dir=self.run_dir / record.sandbox_id,
-            kernel=guest.kernel,
-            initramfs=guest.initramfs,
+            kernel=files.kernel,
+            initramfs=files.initramfs,
             cmdline=cmdline,
             root_disk=records.disk(record.sandbox_id),
-            agent_disk=guest.agent_disk,
+            agent_disk=files.agent_disk,
             memory_mib=record.memory_mib,
             vcpus=record.vcpus,
             network=NetworkAttachment(network.netns, network.tap, network.guest_mac),
@@ -224,6 +354,7 @@ class LocalNode:
             await driver.stop(vm)
         await asyncio.to_thread(self._net.delete, sandbox_id)
         shutil.rmtree(self.run_dir / sandbox_id, ignore_errors=True)
+        self._ready_snapshotter().store.remove(sandbox_id)
         records.remove(sandbox_id)
 
     async def _sweep(self) -> None:
@@ -243,13 +374,22 @@ class LocalNode:
     async def _adopt(self, record: SandboxRecord) -> None:
         sandbox = Sandbox(record)
         self._sandboxes[record.sandbox_id] = sandbox
+        snapshotter = self._ready_snapshotter()
+        snapshotter.store.prune(record.sandbox_id)
         config = self._vm_config(record, SandboxNetwork(self._net.netns_name(record.sandbox_id)))
-        vm = await self._ready_driver().adopt(config)
+        vm = None if record.suspended else await snapshotter.driver.adopt(config)
         if vm is None:
+            if snapshotter.store.latest(record.sandbox_id) is not None:
+                sandbox.state = "suspended"  # restorable from its last sealed snapshot
+                return
             sandbox.state = "stopped"
             sandbox.reason = "its VM was not running when the node started"
             return
         sandbox.watch(vm)
+        if record.paused:
+            sandbox.state = "paused"
+            return
+        await snapshotter.driver.resume(vm)  # finishes an interrupted suspend, if any
         try:
             await sandbox.connect_agent(timeout=10.0)
             sandbox.state = "running"
@@ -271,6 +411,19 @@ class LocalNode:
                 await driver.stop(vm)
             shutil.rmtree(run, ignore_errors=True)
 
+    @property
+    def _scratch(self) -> Path:
+        return self.data_dir / "pool" / "scratch"
+
+    def _save(self, sandbox: Sandbox, record: SandboxRecord) -> None:
+        records, _ = self._ready()
+        record.save(records.directory(record.sandbox_id))
+        sandbox.record = record
+
+    def _with_env(self, sandbox_id: str, request: ExecRequest) -> ExecRequest:
+        env = self.sandbox(sandbox_id).record.env
+        return dataclasses.replace(request, env={**env, **request.env}) if env else request
+
     def _agent(self, sandbox_id: str) -> AgentClient:
         agent = self._running(sandbox_id).agent
         assert agent is not None
@@ -291,6 +444,11 @@ class LocalNode:
         if self._driver is None:
             raise RuntimeError("LocalNode.start() has not run")
         return self._driver
+
+    def _ready_snapshotter(self) -> Snapshotter:
+        if self._snapshotter is None:
+            raise RuntimeError("LocalNode.start() has not run")
+        return self._snapshotter
 
     def _ready_guest(self) -> GuestArtifacts:
         if self._guest is None:

@@ -40,6 +40,8 @@ class SandboxRecord:
     vcpus: int
     env: dict[str, str] = field(default_factory=dict)
     deleting: bool = False
+    paused: bool = False
+    suspended: bool = False
 
     def save(self, directory: Path) -> None:
         """Atomically write the record (fsynced) into the sandbox's directory."""
@@ -63,6 +65,9 @@ class SandboxRecord:
 
     def marked_deleting(self) -> SandboxRecord:
         return replace(self, deleting=True)
+
+    def with_power(self, *, paused: bool = False, suspended: bool = False) -> SandboxRecord:
+        return replace(self, paused=paused, suspended=suspended)
 
 
 class RecordStore:

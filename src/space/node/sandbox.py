@@ -39,6 +39,7 @@ class Sandbox:
     def watch(self, vm: VmHandle) -> None:
         """Notice the VMM ending on its own (crash, kill, guest power-off)."""
         self.vm = vm
+        self.stopping = False
         self._watcher = spawn(self._watch_vm(vm), name=f"watch-vm-{self.sandbox_id}")
 
     async def _watch_vm(self, vm: VmHandle) -> None:

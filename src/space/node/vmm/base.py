@@ -103,4 +103,20 @@ class VmmDriver(Protocol):
         """End the VM; idempotent, and never leaves the VMM process behind."""
         ...
 
+    async def release(self, vm: VmHandle) -> None:
+        """Let go of a VM (control connections) but leave it running for adoption."""
+        ...
+
+    async def save(self, vm: VmHandle, directory: Path) -> None:
+        """Stop the VM and write its memory and device state into `directory`.
+
+        The VM stays stopped with its disk flushed, so the caller can clone the
+        disk into the same snapshot before ending or resuming the VM.
+        """
+        ...
+
+    async def restore(self, config: VmConfig, directory: Path) -> VmHandle:
+        """Start a VM, with the devices `config` describes, from a saved state."""
+        ...
+
     def agent_socket(self, vm: VmHandle) -> Path: ...

@@ -101,6 +101,17 @@ class FirecrackerDriver:
             raise VmmUnavailable("no firecracker binary on PATH")
 
     async def boot(self, config: VmConfig) -> FirecrackerVm:
+        vm = await self._spawn(config)
+        try:
+            for method, path, body in boot_requests(config):
+                await self._call(vm, method, path, body)
+            await self._call(vm, "PUT", "/actions", {"action_type": "InstanceStart"})
+        except BaseException:
+            await self.stop(vm)
+            raise
+        return vm
+
+    async def _spawn(self, config: VmConfig) -> FirecrackerVm:
         config.run_dir.mkdir(parents=True, exist_ok=True)
         config.control_socket.unlink(missing_ok=True)
         argv = [
@@ -124,9 +135,6 @@ class FirecrackerDriver:
         vm = FirecrackerVm(config, ProcessWatch(child.pid, child))
         try:
             await _wait_for_socket(config.control_socket)
-            for method, path, body in boot_requests(config):
-                await self._call(vm, method, path, body)
-            await self._call(vm, "PUT", "/actions", {"action_type": "InstanceStart"})
         except BaseException:
             await self.stop(vm)
             raise
@@ -144,17 +152,39 @@ class FirecrackerDriver:
     async def resume(self, vm: VmHandle) -> None:
         await self._call(vm, "PATCH", "/vm", {"state": "Resumed"})
 
-    async def snapshot(self, vm: VmHandle, state_file: Path, memory_file: Path) -> None:
+    async def save(self, vm: VmHandle, directory: Path) -> None:
+        await self.pause(vm)
         await self._call(
             vm,
             "PUT",
             "/snapshot/create",
             {
                 "snapshot_type": "Full",
-                "snapshot_path": str(state_file),
-                "mem_file_path": str(memory_file),
+                "snapshot_path": str(directory / "vmstate"),
+                "mem_file_path": str(directory / "memory"),
             },
         )
+
+    async def restore(self, config: VmConfig, directory: Path) -> FirecrackerVm:
+        vm = await self._spawn(config)
+        try:
+            await self._call(
+                vm,
+                "PUT",
+                "/snapshot/load",
+                {
+                    "snapshot_path": str(directory / "vmstate"),
+                    "mem_backend": {
+                        "backend_type": "File",
+                        "backend_path": str(directory / "memory"),
+                    },
+                    "resume_vm": True,
+                },
+            )
+        except BaseException:
+            await self.stop(vm)
+            raise
+        return vm
 
     async def stop(self, vm: VmHandle) -> None:
         watch = _firecracker(vm).watch
@@ -162,6 +192,9 @@ class FirecrackerDriver:
             watch.kill()
         await watch.wait()
         watch.close()
+
+    async def release(self, vm: VmHandle) -> None:
+        _firecracker(vm).watch.close()
 
     def agent_socket(self, vm: VmHandle) -> Path:
         return vm.config.agent_socket

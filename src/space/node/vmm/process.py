@@ -60,7 +60,9 @@ class ProcessWatch:
             pass
 
     def close(self) -> None:
-        os.close(self._pidfd)
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -13,11 +13,14 @@ from space.node.vmm.accel import Accel, guest_kernel_args
 from space.node.vmm.base import VmConfig, VmExited, VmHandle, VmmError, VmmUnavailable
 from space.node.vmm.process import ProcessWatch, process_matches, read_pid
 from space.node.vmm.qemu_args import QEMU_BINARY, qemu_argv
+from space.node.vmm.qemu_migration import load_state, save_state
 from space.node.vmm.qmp import QmpClient, QmpError
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE = 2.0
+LAUNCH_TIMEOUT = 30.0
+STATE_FILE = "vmstate"
 
 
 @dataclass
@@ -48,30 +51,59 @@ class QemuDriver:
         self.accel = accel
 
     async def boot(self, config: VmConfig) -> QemuVm:
+        return await self._launch(config, incoming=None)
+
+    async def save(self, vm: VmHandle, directory: Path) -> None:
+        """Stop the VM and write its RAM and device state into `directory`.
+
+        The VM stays stopped; its disk is quiescent (QEMU flushes it at the end
+        of the migration), so the caller may clone the disk next.
+        """
+        qmp = self._qmp(vm)
+        await qmp.execute("stop")
+        await save_state(qmp, directory / STATE_FILE)
+
+    async def restore(self, config: VmConfig, directory: Path) -> QemuVm:
+        """Start a VM from a saved state; `config` must describe the same devices."""
+        vm = await self._launch(config, incoming="defer")
+        try:
+            await load_state(vm.qmp, directory / STATE_FILE)
+        except BaseException:
+            await self.stop(vm)
+            raise
+        return vm
+
+    async def _launch(self, config: VmConfig, incoming: str | None) -> QemuVm:
         config.run_dir.mkdir(parents=True, exist_ok=True)
         for stale in (config.agent_socket, config.control_socket, config.pid_file):
             stale.unlink(missing_ok=True)
         cmdline = f"{config.cmdline} {guest_kernel_args(self.accel)}".strip()
-        argv = qemu_argv(dataclasses.replace(config, cmdline=cmdline), self.accel)
+        argv = qemu_argv(
+            dataclasses.replace(config, cmdline=cmdline), self.accel, incoming=incoming
+        )
         if config.network is not None:
             argv = ["ip", "netns", "exec", config.network.netns, *argv]
         with config.vmm_log.open("ab") as log_file:
-            child = await asyncio.create_subprocess_exec(
+            launcher = await asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=log_file,
                 start_new_session=True,
             )
-        watch = ProcessWatch(child.pid, child)
+            status = await asyncio.wait_for(launcher.wait(), LAUNCH_TIMEOUT)
+        pid = read_pid(config.pid_file)
+        if status != 0 or pid is None:
+            raise VmmError(f"QEMU did not start (status {status}): {_tail(config.vmm_log)}")
+        watch = ProcessWatch(pid)
         try:
             qmp = await QmpClient.connect(config.control_socket)
         except QmpError as exc:
             watch.kill()
             await watch.wait()
             watch.close()
-            raise VmmError(f"QEMU did not start: {_tail(config.vmm_log)}") from exc
-        log.info("vm %s booting (pid %d, %s)", config.vm_id, child.pid, self.accel)
+            raise VmmError(f"QEMU did not answer QMP: {_tail(config.vmm_log)}") from exc
+        log.info("vm %s started (pid %d, %s)", config.vm_id, pid, self.accel)
         return QemuVm(config, watch, qmp)
 
     async def adopt(self, config: VmConfig) -> QemuVm | None:
@@ -106,6 +138,11 @@ class QemuDriver:
             except TimeoutError:
                 qvm.watch.kill()
         await qvm.wait()
+        await qvm.qmp.close()
+        qvm.watch.close()
+
+    async def release(self, vm: VmHandle) -> None:
+        qvm = _qemu(vm)
         await qvm.qmp.close()
         qvm.watch.close()
 

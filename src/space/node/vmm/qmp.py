@@ -46,8 +46,11 @@ class QmpClient:
         if arguments:
             message["arguments"] = arguments
         async with self._lock:
-            self._writer.write(json.dumps(message).encode() + b"\n")
-            await asyncio.wait_for(self._writer.drain(), QMP_TIMEOUT)
+            try:
+                self._writer.write(json.dumps(message).encode() + b"\n")
+                await asyncio.wait_for(self._writer.drain(), QMP_TIMEOUT)
+            except (OSError, TimeoutError) as exc:
+                raise QmpError(f"{command}: QMP connection lost ({exc})") from exc
             while True:
                 reply = await self._read_message()
                 if "event" in reply:
@@ -80,6 +83,8 @@ class QmpClient:
             line = await asyncio.wait_for(self._reader.readline(), timeout)
         except TimeoutError as exc:
             raise QmpError("QMP did not answer in time") from exc
+        except OSError as exc:
+            raise QmpError(f"QMP connection lost ({exc})") from exc
         if not line:
             raise QmpError("QMP connection closed (VMM exited?)")
         message: dict[str, Any] = json.loads(line)
