@@ -75,3 +75,11 @@ def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setenv("SPACE_ACCEL", "fast")
     with pytest.raises(ValueError):
         Settings()
+
+
+async def test_metrics_show_warm_pool_sizes_hits_and_misses(client: httpx.AsyncClient) -> None:
+    text = (await client.get("/metrics")).text
+    assert 'space_warm_pool_ready{template="base"} 1.0' in text
+    assert 'space_warm_pool_target{template="base"} 2.0' in text
+    assert 'space_warm_pool_hits_total{template="base"} 0.0' in text
+    assert 'space_warm_pool_misses_total{template="base"} 0.0' in text

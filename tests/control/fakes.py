@@ -5,6 +5,11 @@ Commands understand a tiny script language so tests can drive streams:
   `err TEXT`        TEXT on stderr, then exit 3
   `cat`             echo stdin back on stdout until it is closed, then exit 0
   `wait`            block until signalled, then exit 128 + signum
+  `echo TEXT`       TEXT\\n on stdout, then exit 0
+  `exit N`          `failed` on stderr, then exit N
+A command given as `args` runs its last argument as the script (so E2B's
+`/bin/bash -l -c SCRIPT` works). Files live in `files`, directories in `dirs`
+(plus every parent of a file); `watch` reports writes, moves and removes.
 `exec` runs `echo TEXT` (stdout TEXT\\n), `fail` (exit 1, stderr `boom\\n`), and
 anything else as exit 0 with no output.
 """
@@ -12,15 +17,20 @@ anything else as exit 0 with no output.
 from __future__ import annotations
 
 import asyncio
+import posixpath
+import time
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass, field
+from typing import Literal
 
+from space.node.agent.models import FileInfo, ProcessInfo, WatchEvent, WatchEventType
 from space.node.client import (
     ExecRequest,
     ExecResult,
     ProcessEvent,
     SandboxObservation,
     SandboxSpec,
+    WarmPoolStats,
 )
 from space.node.errors import SandboxNotFound
 
@@ -28,11 +38,14 @@ CHUNK = 64 * 1024
 
 
 class FakeCommand:
-    def __init__(self, script: str) -> None:
-        self._script = script.split()
+    def __init__(self, script: str, pid: int = 4242) -> None:
+        self._script = script.split() or ["wait"]
+        self.script = script
         self._stdin: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._signal: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self.pid = 4242
+        self.pid = pid
+        self.running = True
+        self.sizes: list[tuple[int, int]] = []
 
     async def events(self) -> AsyncIterator[ProcessEvent]:
         verb, args = self._script[0], self._script[1:]
@@ -49,9 +62,16 @@ class FakeCommand:
             while (data := await self._stdin.get()) is not None:
                 yield ProcessEvent("stdout", data)
             yield ProcessEvent("exit", exit_code=0)
+        elif verb == "echo":
+            yield ProcessEvent("stdout", " ".join(args).encode() + b"\n")
+            yield ProcessEvent("exit", exit_code=0)
+        elif verb == "exit":
+            yield ProcessEvent("stderr", b"failed\n")
+            yield ProcessEvent("exit", exit_code=int(args[0]))
         else:
             signum = await self._signal
             yield ProcessEvent("exit", exit_code=128 + signum)
+        self.running = False
 
     async def write_stdin(self, data: bytes) -> None:
         await self._stdin.put(data)
@@ -64,7 +84,29 @@ class FakeCommand:
             self._signal.set_result(signum)
 
     async def resize(self, rows: int, cols: int) -> None:
-        return None
+        self.sizes.append((rows, cols))
+
+
+class FakeWatch:
+    def __init__(self, node: FakeNode, sandbox_id: str, path: str, recursive: bool) -> None:
+        self._node, self._key = node, (sandbox_id, path.rstrip("/") or "/", recursive)
+        self._queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
+
+    async def start(self) -> None:
+        sandbox_id, path, _ = self._key
+        if not self._node.is_dir(sandbox_id, path):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        self._node.watches.append((self._key, self._queue))
+
+    def __aiter__(self) -> AsyncIterator[WatchEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[WatchEvent]:
+        while True:
+            yield await self._queue.get()
+
+    async def aclose(self) -> None:
+        self._node.watches = [w for w in self._node.watches if w[1] is not self._queue]
 
 
 @dataclass
@@ -75,8 +117,17 @@ class FakeNode:
     files: dict[tuple[str, str], bytes] = field(default_factory=dict)
     fail_create: str | None = None
     create_delay: float = 0.0
+    dirs: set[tuple[str, str]] = field(default_factory=set)
     created: list[str] = field(default_factory=list)
+    warm_hits: int = 0
     destroyed: list[str] = field(default_factory=list)
+    commands: dict[int, FakeCommand] = field(default_factory=dict)
+    watches: list[tuple[tuple[str, str, bool], asyncio.Queue[WatchEvent]]] = field(
+        default_factory=list
+    )
+
+    def warm_pool_stats(self) -> list[WarmPoolStats]:
+        return [WarmPoolStats("base", 2, 1, self.warm_hits, 0)]
 
     async def templates(self) -> list[str]:
         return ["base", "busybox"]
@@ -123,8 +174,98 @@ class FakeNode:
     async def write_file(self, sandbox_id: str, path: str, chunks: AsyncIterable[bytes]) -> int:
         self._require(sandbox_id)
         parts = [chunk async for chunk in chunks]
+        created = (sandbox_id, path) not in self.files
         self.files[(sandbox_id, path)] = b"".join(parts)
+        self._notify(sandbox_id, path, "create" if created else "write")
         return sum(map(len, parts))
+
+    # -- the E2B front's extras --------------------------------------------------------
+
+    def is_dir(self, sandbox_id: str, path: str) -> bool:
+        if path == "/" or (sandbox_id, path) in self.dirs:
+            return True
+        prefix = path.rstrip("/") + "/"
+        return any(s == sandbox_id and p.startswith(prefix) for s, p in self.files)
+
+    async def stat(self, sandbox_id: str, path: str) -> FileInfo:
+        self._require(sandbox_id)
+        if (sandbox_id, path) in self.files:
+            return _info(path, "file", len(self.files[(sandbox_id, path)]))
+        if self.is_dir(sandbox_id, path):
+            return _info(path, "dir", 4096)
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    async def list_dir(self, sandbox_id: str, path: str, depth: int = 1) -> list[FileInfo]:
+        if not (await self.stat(sandbox_id, path)).type == "dir":
+            raise NotADirectoryError(20, "Not a directory", path)
+        prefix = path.rstrip("/") + "/"
+        names = {p for s, p in self.files if s == sandbox_id} | {
+            p for s, p in self.dirs if s == sandbox_id
+        }
+        children = {prefix + p[len(prefix) :].split("/")[0] for p in names if p.startswith(prefix)}
+        return [await self.stat(sandbox_id, child) for child in sorted(children)]
+
+    async def make_dir(self, sandbox_id: str, path: str) -> bool:
+        self._require(sandbox_id)
+        if self.is_dir(sandbox_id, path):
+            return False
+        self.dirs.add((sandbox_id, path))
+        self._notify(sandbox_id, path, "create")
+        return True
+
+    async def move(self, sandbox_id: str, src: str, dst: str) -> None:
+        await self.stat(sandbox_id, src)
+        for key in [k for k in self.files if k[0] == sandbox_id]:
+            if key[1] == src or key[1].startswith(src + "/"):
+                self.files[(sandbox_id, dst + key[1][len(src) :])] = self.files.pop(key)
+        self.dirs = {(s, dst + p[len(src) :]) if p == src else (s, p) for s, p in self.dirs}
+        self._notify(sandbox_id, src, "rename")
+        self._notify(sandbox_id, dst, "create")
+
+    async def remove(self, sandbox_id: str, path: str) -> None:
+        await self.stat(sandbox_id, path)
+        for key in [k for k in self.files if k[0] == sandbox_id]:
+            if key[1] == path or key[1].startswith(path + "/"):
+                del self.files[key]
+        self.dirs.discard((sandbox_id, path))
+        self._notify(sandbox_id, path, "remove")
+
+    def watch(self, sandbox_id: str, path: str, recursive: bool = False) -> FakeWatch:
+        self._require(sandbox_id)
+        return FakeWatch(self, sandbox_id, path, recursive)
+
+    async def start_process(
+        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool
+    ) -> FakeCommand:
+        self._require(sandbox_id)
+        script = request.args[-1] if request.args else (request.cmd or "")
+        command = FakeCommand(script, pid=1000 + len(self.commands))
+        self.commands[command.pid] = command
+        return command
+
+    async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
+        self._require(sandbox_id)
+        return [
+            ProcessInfo(
+                c.pid, ("/bin/bash", "-l", "-c", c.script), None, False, True, True, None, 0.0
+            )
+            for c in self.commands.values()
+            if c.running
+        ]
+
+    async def attach(self, sandbox_id: str, pid: int) -> FakeCommand:
+        self._require(sandbox_id)
+        if pid not in self.commands or not self.commands[pid].running:
+            raise ProcessLookupError(pid)
+        return self.commands[pid]
+
+    def _notify(self, sandbox_id: str, path: str, kind: WatchEventType) -> None:
+        for (watched_id, root, recursive), queue in self.watches:
+            parent = posixpath.dirname(path)
+            if watched_id == sandbox_id and (
+                parent == root or (recursive and path.startswith(root.rstrip("/") + "/"))
+            ):
+                queue.put_nowait(WatchEvent(kind, path))
 
     def _require(self, sandbox_id: str) -> None:
         if sandbox_id not in self.vms:
@@ -150,3 +291,8 @@ class PowerNode(FakeNode):
     def _set(self, sandbox_id: str, state: str) -> None:
         obs = self.vms[sandbox_id]
         self.vms[sandbox_id] = SandboxObservation(sandbox_id, state, obs.template)  # type: ignore[arg-type]
+
+
+def _info(path: str, kind: Literal["file", "dir"], size: int) -> FileInfo:
+    mode = 0o644 if kind == "file" else 0o755
+    return FileInfo(path, posixpath.basename(path) or "/", kind, size, mode, time.time(), 0, 0)

@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from space.api import e2b
 from space.api.bootstrap import open_database
 from space.api.errors import install_error_handlers
 from space.api.hub import CommandHub
@@ -39,7 +40,8 @@ def create_app(
     controller = _controller(settings, db, node)
     hub = _hub(settings, db, node)
     lifecycle: Lifecycle = controller or DbWaiter(db, timeout=settings.timeouts.create)
-    metrics = Metrics(db)
+    metrics = Metrics(db, node)
+    e2b_front = e2b.E2bFront(settings)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -48,6 +50,7 @@ def create_app(
         try:
             yield
         finally:
+            await e2b_front.aclose()
             if hub is not None:
                 await hub.aclose()
             if controller is not None:
@@ -59,6 +62,7 @@ def create_app(
     install_error_handlers(app)
     for module in (sandboxes, commands, files, power, system):
         app.include_router(module.router)
+    e2b.install(app, e2b_front)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
 

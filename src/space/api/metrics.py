@@ -11,10 +11,11 @@ import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from space.node.client import NodeClient
 from space.store.db import Database
 from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState
@@ -33,8 +34,39 @@ class _SandboxCollector(Collector):
         yield family
 
 
+class _WarmPoolCollector(Collector):
+    def __init__(self, node: NodeClient) -> None:
+        self._node = node
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._node.warm_pool_stats()
+        gauges = {
+            "ready": GaugeMetricFamily(
+                "space_warm_pool_ready", "Warm VMs waiting", labels=["template"]
+            ),
+            "target": GaugeMetricFamily(
+                "space_warm_pool_target", "Warm pool target", labels=["template"]
+            ),
+        }
+        counters = {
+            "hits": CounterMetricFamily(
+                "space_warm_pool_hits", "Creates served warm", labels=["template"]
+            ),
+            "misses": CounterMetricFamily(
+                "space_warm_pool_misses", "Creates the pool missed", labels=["template"]
+            ),
+        }
+        for item in stats:
+            for name, gauge in gauges.items():
+                gauge.add_metric([item.template], getattr(item, name))
+            for name, counter in counters.items():
+                counter.add_metric([item.template], getattr(item, name))
+        yield from gauges.values()
+        yield from counters.values()
+
+
 class Metrics:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, node: NodeClient | None = None) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "space_api_requests",
@@ -49,6 +81,8 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_SandboxCollector(db))
+        if node is not None:
+            self.registry.register(_WarmPoolCollector(node))
 
 
 class MetricsMiddleware:

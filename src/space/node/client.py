@@ -40,6 +40,15 @@ class SandboxObservation:
 
 
 @dataclass(frozen=True)
+class WarmPoolStats:
+    template: str
+    target: int
+    ready: int
+    hits: int
+    misses: int
+
+
+@dataclass(frozen=True)
 class ExecRequest:
     """A command: `cmd` runs under `/bin/sh -c`, `args` is executed directly."""
 
@@ -95,6 +104,8 @@ class WatchStream(Protocol):
 
 class NodeClient(Protocol):
     async def templates(self) -> list[str]: ...
+
+    def warm_pool_stats(self) -> list[WarmPoolStats]: ...
 
     async def create_sandbox(self, spec: SandboxSpec) -> SandboxObservation: ...
 

@@ -8,6 +8,7 @@ startup sweep adopts VMs a previous run left alive and removes every leftover.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import secrets
@@ -24,6 +25,7 @@ from space.node.client import (
     ExecResult,
     SandboxObservation,
     SandboxSpec,
+    WarmPoolStats,
 )
 from space.node.errors import (
     BootFailed,
@@ -40,6 +42,7 @@ from space.node.sandbox import AGENT_TIMEOUT, Sandbox
 from space.node.snapshotting import BootFiles, Snapshotter
 from space.node.storage.pool import ensure_pool
 from space.node.storage.snapshots import LocalSnapshotStore
+from space.node.tasks import spawn
 from space.node.templates import (
     TEMPLATES,
     GuestArtifacts,
@@ -51,10 +54,13 @@ from space.node.templates import (
 from space.node.vmm.accel import choose_accel
 from space.node.vmm.base import NetworkAttachment, VmConfig, VmHandle, VmmDriver, VmmError
 from space.node.vmm.qemu import QemuDriver
+from space.node.warm import WarmPools
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TEMPLATE = "base"
+WARM_MEMORY_MIB = 256
+WARM_VCPUS = 1
 
 
 class LocalNode(AgentOpsMixin):
@@ -71,6 +77,7 @@ class LocalNode(AgentOpsMixin):
         pool_size: str = "64G",
         progress: Progress | None = None,
         base_snapshots: bool = True,
+        warm_pools: dict[str, int] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.cache_dir = cache_dir
@@ -88,6 +95,8 @@ class LocalNode(AgentOpsMixin):
         self._use_bases = base_snapshots
         self._bases_lock = asyncio.Lock()
         self._snapshotter: Snapshotter | None = None
+        self._warm = WarmPools(warm_pools or {}, self._fill_warm)
+        self._warm_task: asyncio.Task[None] | None = None
 
     @property
     def net_prefix(self) -> str:
@@ -105,37 +114,48 @@ class LocalNode(AgentOpsMixin):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self._scratch, ignore_errors=True)
         await self._sweep()
+        self._warm_task = spawn(self._warm.refill_forever(), name="warm-pool-refill")
 
     async def close(self) -> None:
         """Stop serving; VMs keep running so the next start adopts them."""
-        for sandbox in self._sandboxes.values():
+        await self._stop_refill()
+        for sandbox in [*self._sandboxes.values(), *self._warm.drain()]:
             await sandbox.close()
             if sandbox.vm is not None:
                 await self._ready_driver().release(sandbox.vm)
         self._sandboxes.clear()
 
     async def destroy_all(self) -> None:
+        await self._stop_refill()
+        for entry in self._warm.drain():
+            await self._teardown(entry.record.slot, entry)
         for sandbox_id in list(self._sandboxes):
             await self.destroy_sandbox(sandbox_id)
+
+    def warm_pool_stats(self) -> list[WarmPoolStats]:
+        return self._warm.stats()
 
     async def create_sandbox(self, spec: SandboxSpec) -> SandboxObservation:
         check_sandbox_id(spec.sandbox_id)
         if spec.sandbox_id in self._sandboxes:
             return self._sandboxes[spec.sandbox_id].observation()
         image = await self._template(spec.template)
+        warm = self._warm.claim(spec.template) if _pool_sized(spec) else None
+        if warm is not None:
+            return await self._claim(warm, spec)
         record = SandboxRecord(
             spec.sandbox_id, spec.template, image.digest, spec.memory_mib, spec.vcpus, spec.env
         )
         records, importer = self._ready()
-        record.save(records.directory(spec.sandbox_id))
+        record.save(records.directory(record.slot))
         sandbox = Sandbox(record)
         self._sandboxes[spec.sandbox_id] = sandbox
         try:
             base = await self._base_snapshot(image, record) if self._use_bases else None
-            network = await asyncio.to_thread(self._net.create, spec.sandbox_id)
+            network = await asyncio.to_thread(self._net.create, record.slot)
             if base is None:
                 template_disk = await importer.pooled(image.rootfs, image.digest)
-                await importer.clone_disk(template_disk, records.disk(spec.sandbox_id))
+                await importer.clone_disk(template_disk, records.disk(record.slot))
                 await self._boot(sandbox, network)
             else:
                 await self._restore(sandbox, network, base)
@@ -148,10 +168,11 @@ class LocalNode(AgentOpsMixin):
     async def destroy_sandbox(self, sandbox_id: str) -> None:
         records, _ = self._ready()
         sandbox = self._sandboxes.pop(sandbox_id, None)
-        directory = records.directory(sandbox_id)
+        slot = sandbox.record.slot if sandbox is not None else sandbox_id
+        directory = records.directory(slot)
         if sandbox is not None and directory.exists():
             sandbox.record.marked_deleting().save(directory)
-        await self._teardown(sandbox_id, sandbox)
+        await self._teardown(slot, sandbox)
 
     async def observe(self) -> list[SandboxObservation]:
         return [sandbox.observation() for sandbox in self._sandboxes.values()]
@@ -193,7 +214,7 @@ class LocalNode(AgentOpsMixin):
             raise SandboxUnavailable(sandbox_id, sandbox.state, "only a live sandbox suspends")
         snapshotter, vm = self._ready_snapshotter(), _vm(sandbox)
         try:
-            await snapshotter.capture(vm, sandbox_id, {"sandbox_id": sandbox_id})
+            await snapshotter.capture(vm, sandbox.record.slot, {"sandbox_id": sandbox_id})
         except BaseException:
             await self._recover_from_failed_suspend(sandbox, vm)
             raise
@@ -201,9 +222,9 @@ class LocalNode(AgentOpsMixin):
         await sandbox.close()
         await snapshotter.driver.stop(vm)
         sandbox.vm = None
-        await asyncio.to_thread(self._net.delete, sandbox_id)
-        shutil.rmtree(self.run_dir / sandbox_id, ignore_errors=True)
-        snapshotter.store.prune(sandbox_id)
+        await asyncio.to_thread(self._net.delete, sandbox.record.slot)
+        shutil.rmtree(self.run_dir / sandbox.record.slot, ignore_errors=True)
+        snapshotter.store.prune(sandbox.record.slot)
         sandbox.state, sandbox.reason = "suspended", None
 
     async def _recover_from_failed_suspend(self, sandbox: Sandbox, vm: VmHandle) -> None:
@@ -215,7 +236,7 @@ class LocalNode(AgentOpsMixin):
                 return
             except VmmError:
                 pass
-        if snapshotter.store.latest(sandbox.sandbox_id) is not None:
+        if snapshotter.store.latest(sandbox.record.slot) is not None:
             await sandbox.close()
             await snapshotter.driver.stop(vm)
             sandbox.vm = None
@@ -228,10 +249,10 @@ class LocalNode(AgentOpsMixin):
         sandbox = self.sandbox(sandbox_id)
         if sandbox.state != "suspended":
             raise SandboxUnavailable(sandbox_id, sandbox.state, "only a suspended sandbox restores")
-        snapshot = self._ready_snapshotter().store.latest(sandbox_id)
+        snapshot = self._ready_snapshotter().store.latest(sandbox.record.slot)
         if snapshot is None:
             raise SnapshotMissing(sandbox_id)
-        network = await asyncio.to_thread(self._net.create, sandbox_id)
+        network = await asyncio.to_thread(self._net.create, sandbox.record.slot)
         await self._restore(sandbox, network, snapshot)
         self._save(sandbox, sandbox.record.with_power())
 
@@ -269,6 +290,42 @@ class LocalNode(AgentOpsMixin):
         await sandbox.personalise()
         sandbox.state = "running"
 
+    async def _claim(self, entry: Sandbox, spec: SandboxSpec) -> SandboxObservation:
+        """Hand a warm VM to `spec.sandbox_id`: persist the mapping, then personalise."""
+        record = dataclasses.replace(entry.record, sandbox_id=spec.sandbox_id, env=dict(spec.env))
+        self._save(entry, record)
+        self._sandboxes[spec.sandbox_id] = entry
+        try:
+            await entry.personalise()
+        except BaseException:
+            await self.destroy_sandbox(spec.sandbox_id)
+            raise
+        return entry.observation()
+
+    async def _fill_warm(self, template: str) -> Sandbox:
+        """One more warm VM: restored from the base snapshot, owned by no sandbox yet."""
+        records, _ = self._ready()
+        image = await self._template(template)
+        slot = f"w{secrets.token_hex(5)}"
+        record = SandboxRecord("", template, image.digest, WARM_MEMORY_MIB, WARM_VCPUS, slot=slot)
+        record.save(records.directory(slot))
+        sandbox = Sandbox(record)
+        try:
+            base = await self._base_snapshot(image, record)
+            network = await asyncio.to_thread(self._net.create, slot)
+            await self._restore(sandbox, network, base)
+        except BaseException:
+            await self._teardown(slot, sandbox)
+            raise
+        return sandbox
+
+    async def _stop_refill(self) -> None:
+        if self._warm_task is not None:
+            self._warm_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._warm_task
+            self._warm_task = None
+
     async def _restore(self, sandbox: Sandbox, network: SandboxNetwork, snapshot: Path) -> None:
         snapshotter = self._ready_snapshotter()
         boot = snapshotter.boot_files(snapshot)
@@ -298,7 +355,7 @@ class LocalNode(AgentOpsMixin):
         _, importer = self._ready()
         snapshotter = self._ready_snapshotter()
         vm_id = f"base{secrets.token_hex(4)}"
-        record = dataclasses.replace(template, sandbox_id=vm_id, env={})
+        record = dataclasses.replace(template, sandbox_id=vm_id, slot=vm_id, env={})
         self._scratch.mkdir(parents=True, exist_ok=True)
         disk = self._scratch / f"{vm_id}.ext4"
         log.info("building base snapshot %s", key)
@@ -325,37 +382,37 @@ class LocalNode(AgentOpsMixin):
         files = boot or BootFiles.of(self._ready_guest())
         cmdline = (
             f"console=ttyS0 quiet panic=-1 {network.kernel_args()} "
-            f"space.hostname={record.sandbox_id}"
+            f"space.hostname={record.sandbox_id or record.slot}"
         )
         return VmConfig(
-            vm_id=record.sandbox_id,
-            run_dir=self.run_dir / record.sandbox_id,
+            vm_id=record.slot,
+            run_dir=self.run_dir / record.slot,
             kernel=files.kernel,
             initramfs=files.initramfs,
             cmdline=cmdline,
-            root_disk=records.disk(record.sandbox_id),
+            root_disk=records.disk(record.slot),
             agent_disk=files.agent_disk,
             memory_mib=record.memory_mib,
             vcpus=record.vcpus,
             network=NetworkAttachment(network.netns, network.tap, network.guest_mac),
         )
 
-    async def _teardown(self, sandbox_id: str, sandbox: Sandbox | None) -> None:
+    async def _teardown(self, slot: str, sandbox: Sandbox | None) -> None:
         """Remove every host resource of a sandbox; safe to repeat after a crash."""
         driver = self._ready_driver()
         records, _ = self._ready()
         if sandbox is not None:
             await sandbox.close()
         vm = sandbox.vm if sandbox is not None else None
-        if vm is None and (records.directory(sandbox_id) / "record.json").exists():
-            record = SandboxRecord.restore(records.directory(sandbox_id))
+        if vm is None and (records.directory(slot) / "record.json").exists():
+            record = SandboxRecord.restore(records.directory(slot))
             vm = await driver.adopt(self._vm_config(record, SandboxNetwork("")))
         if vm is not None:
             await driver.stop(vm)
-        await asyncio.to_thread(self._net.delete, sandbox_id)
-        shutil.rmtree(self.run_dir / sandbox_id, ignore_errors=True)
-        self._ready_snapshotter().store.remove(sandbox_id)
-        records.remove(sandbox_id)
+        await asyncio.to_thread(self._net.delete, slot)
+        shutil.rmtree(self.run_dir / slot, ignore_errors=True)
+        self._ready_snapshotter().store.remove(slot)
+        records.remove(slot)
 
     async def _sweep(self) -> None:
         """Adopt live VMs of known sandboxes; remove whatever has no record."""
@@ -365,21 +422,21 @@ class LocalNode(AgentOpsMixin):
             log.warning("removing leftover sandbox directory %s", directory)
             shutil.rmtree(directory, ignore_errors=True)
         for record in known:
-            if record.deleting:
-                await self._teardown(record.sandbox_id, None)
+            if record.deleting or not record.claimed:
+                await self._teardown(record.slot, None)
             else:
                 await self._adopt(record)
-        await self._remove_orphans({r.sandbox_id for r in known if not r.deleting})
+        await self._remove_orphans({r.slot for r in known if r.claimed and not r.deleting})
 
     async def _adopt(self, record: SandboxRecord) -> None:
         sandbox = Sandbox(record)
         self._sandboxes[record.sandbox_id] = sandbox
         snapshotter = self._ready_snapshotter()
-        snapshotter.store.prune(record.sandbox_id)
-        config = self._vm_config(record, SandboxNetwork(self._net.netns_name(record.sandbox_id)))
+        snapshotter.store.prune(record.slot)
+        config = self._vm_config(record, SandboxNetwork(self._net.netns_name(record.slot)))
         vm = None if record.suspended else await snapshotter.driver.adopt(config)
         if vm is None:
-            if snapshotter.store.latest(record.sandbox_id) is not None:
+            if snapshotter.store.latest(record.slot) is not None:
                 sandbox.state = "suspended"  # restorable from its last sealed snapshot
                 return
             sandbox.state = "stopped"
@@ -398,9 +455,9 @@ class LocalNode(AgentOpsMixin):
 
     async def _remove_orphans(self, known: set[str]) -> None:
         driver = self._ready_driver()
-        for sandbox_id in set(self._net.sandbox_ids()) - known:
-            log.warning("removing orphaned namespace of %s", sandbox_id)
-            await asyncio.to_thread(self._net.delete, sandbox_id)
+        for slot in set(self._net.sandbox_ids()) - known:
+            log.warning("removing orphaned namespace of %s", slot)
+            await asyncio.to_thread(self._net.delete, slot)
         for run in self.run_dir.iterdir():
             if run.name in known:
                 continue
@@ -417,7 +474,7 @@ class LocalNode(AgentOpsMixin):
 
     def _save(self, sandbox: Sandbox, record: SandboxRecord) -> None:
         records, _ = self._ready()
-        record.save(records.directory(record.sandbox_id))
+        record.save(records.directory(record.slot))
         sandbox.record = record
 
     def _with_env(self, sandbox_id: str, request: ExecRequest) -> ExecRequest:
@@ -467,3 +524,7 @@ def _vm(sandbox: Sandbox) -> VmHandle:
     if sandbox.vm is None:
         raise SandboxUnavailable(sandbox.sandbox_id, sandbox.state, "it has no VM")
     return sandbox.vm
+
+
+def _pool_sized(spec: SandboxSpec) -> bool:
+    return (spec.memory_mib, spec.vcpus) == (WARM_MEMORY_MIB, WARM_VCPUS)

@@ -42,6 +42,15 @@ class SandboxRecord:
     deleting: bool = False
     paused: bool = False
     suspended: bool = False
+    slot: str = ""  # names the host resources; a warm VM gets its sandbox id only when claimed
+
+    def __post_init__(self) -> None:
+        if not self.slot:
+            object.__setattr__(self, "slot", self.sandbox_id)
+
+    @property
+    def claimed(self) -> bool:
+        return bool(self.sandbox_id)
 
     def save(self, directory: Path) -> None:
         """Atomically write the record (fsynced) into the sandbox's directory."""

@@ -62,7 +62,8 @@ class Sandbox:
         assert self.agent is not None
         await self.agent.set_clock(time.time_ns())
         await self.agent.reseed(os.urandom(64))
-        await self.agent.set_identity(self.sandbox_id, self.sandbox_id)
+        name = self.sandbox_id or self.record.slot
+        await self.agent.set_identity(name, name)
 
     async def close(self) -> None:
         self.stopping = True

@@ -1,0 +1,74 @@
+"""Warm pools: claims never share a VM, and the pool refills to its target."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from space.node.client import ExecRequest, SandboxSpec
+from space.node.local import LocalNode
+from space.node.storage.pool import release_pool
+
+pytestmark = [pytest.mark.vm, pytest.mark.netns, pytest.mark.asyncio(loop_scope="session")]
+
+TARGET = 4
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def pooled_node(
+    node: LocalNode, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[LocalNode]:
+    tag = secrets.token_hex(3)
+    data_dir = tmp_path_factory.mktemp("warm-data")
+    local = LocalNode(
+        data_dir=data_dir,
+        cache_dir=node.cache_dir,
+        accel=os.environ.get("SPACE_ACCEL", "tcg"),
+        run_dir=Path(f"/run/space-warm-{tag}"),
+        net_prefix=f"spw{tag}",
+        pool_size="16G",
+        warm_pools={"base": TARGET},
+    )
+    await local.start()
+    try:
+        yield local
+    finally:
+        await local.destroy_all()
+        await local.close()
+        release_pool(data_dir)
+        shutil.rmtree(local.run_dir, ignore_errors=True)
+
+
+async def _wait_full(node: LocalNode) -> None:
+    async with asyncio.timeout(180):
+        while node.warm_pool_stats()[0].ready < TARGET:
+            await asyncio.sleep(0.2)
+
+
+async def test_fifty_concurrent_creates_get_fifty_distinct_vms_and_the_pool_refills(
+    pooled_node: LocalNode,
+) -> None:
+    await _wait_full(pooled_node)
+    ids = [f"c{i:02d}{secrets.token_hex(2)}" for i in range(50)]
+    await asyncio.gather(
+        *(pooled_node.create_sandbox(SandboxSpec(sandbox_id=sandbox_id)) for sandbox_id in ids)
+    )
+    stats = pooled_node.warm_pool_stats()[0]
+    assert stats.hits == TARGET and stats.misses == 50 - TARGET
+    pids = {pooled_node.sandbox(sandbox_id).vm.pid for sandbox_id in ids}  # type: ignore[union-attr]
+    assert len(pids) == 50
+    names = await asyncio.gather(
+        *(pooled_node.exec(sandbox_id, ExecRequest(cmd="hostname")) for sandbox_id in ids)
+    )
+    assert [n.stdout.decode().strip() for n in names] == ids
+    for sandbox_id in ids:
+        await pooled_node.destroy_sandbox(sandbox_id)
+    await _wait_full(pooled_node)
+    assert pooled_node.warm_pool_stats()[0].ready == TARGET
