@@ -11,42 +11,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import secrets
-import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from bench.nodes import bench_node
 from bench.stats import emit, percentile, summary
 from space.node.client import ExecRequest, SandboxSpec
 from space.node.local import LocalNode
-from space.node.storage.pool import release_pool
 
 FILE_MB = 64
 
 
 async def main(boots: int, execs: int, template: str) -> None:
-    data_dir = Path(tempfile.mkdtemp(prefix="space-bench-"))
-    tag = secrets.token_hex(3)
-    node = LocalNode(
-        data_dir=data_dir,
-        cache_dir=Path(os.environ.get("SPACE_CACHE_DIR", "/var/cache/space")),
-        accel=os.environ.get("SPACE_ACCEL", "tcg"),
-        run_dir=Path(f"/run/space-bench-{tag}"),
-        net_prefix=f"spb{tag}",
-        pool_size="16G",
-    )
-    await node.start()
-    try:
+    async with bench_node(base_snapshots=False) as node:
         await _bench(node, boots, execs, template)
-    finally:
-        await node.destroy_all()
-        await node.close()
-        release_pool(data_dir)
-        shutil.rmtree(data_dir, ignore_errors=True)
-        shutil.rmtree(node.run_dir, ignore_errors=True)
 
 
 async def _bench(node: LocalNode, boots: int, execs: int, template: str) -> None:

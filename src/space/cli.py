@@ -12,15 +12,17 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from space.config import ServerConfig, Settings
-from space.sdk import Sandbox, SandboxInfo, SpaceError
+from space.sdk import Sandbox, SandboxInfo, SpaceError, TransportError
 
 if TYPE_CHECKING:
     from space.node.local import LocalNode
@@ -92,6 +94,8 @@ def _local_node(settings: Settings) -> LocalNode:
         net_prefix=settings.node.net_prefix,
         pool_size=settings.node.pool_size,
         progress=StderrProgress(),
+        base_snapshots=settings.node.base_snapshots,
+        warm_pools=settings.node.warm_pool,
     )
 
 
@@ -233,19 +237,44 @@ def cmd_sandbox_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_sandbox_cp(args: argparse.Namespace) -> int:
-    """`cp ID:/path local` downloads, `cp local ID:/path` uploads."""
+    """`cp ID:/path local` downloads, `cp local ID:/path` uploads; a directory target
+    (a local directory, or a remote path ending in `/`) keeps the source's name."""
     src_id, src_path = _remote(args.src)
     dst_id, dst_path = _remote(args.dst)
     if (src_id is None) == (dst_id is None):
         raise SystemExit("cp: exactly one of SRC and DST must be SANDBOX:/abs/path")
     if src_id is not None:
-        with _connected(src_id) as sandbox, open(dst_path, "wb") as file:
-            sandbox.files.download(src_path, file)
+        target = Path(dst_path)
+        if target.is_dir():
+            target /= PurePosixPath(src_path).name
+        with _connected(src_id) as sandbox:
+            _download(sandbox, src_path, target)
     else:
         assert dst_id is not None
+        if dst_path.endswith("/"):
+            dst_path += Path(src_path).name
         with _connected(dst_id) as sandbox, open(src_path, "rb") as file:
             sandbox.files.write(dst_path, file)
     return 0
+
+
+def _download(sandbox: Sandbox, path: str, target: Path) -> None:
+    """Stream into a temporary file beside `target`, renamed on success: a failed
+    download leaves no file behind."""
+    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            sandbox.files.download(path, file)
+        os.chmod(partial, 0o666 & ~_umask())
+        os.replace(partial, target)
+    finally:
+        Path(partial).unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _remote(spec: str) -> tuple[str | None, str]:
@@ -388,9 +417,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("alembic", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     handler: Handler = args.handler
+    if args.command == "sandbox" and not os.environ.get("SPACE_API_KEY"):
+        err("error: set SPACE_API_KEY (and SPACE_API_URL, default http://127.0.0.1:8080)")
+        return 2
     try:
         return handler(args)
-    except SpaceError as exc:
+    except TransportError as exc:
+        err(f"error: cannot reach the SPACE API (SPACE_API_URL): {exc}")
+        return 1
+    except (SpaceError, OSError) as exc:
         err(f"error: {exc}")
         return 1
     except KeyboardInterrupt:

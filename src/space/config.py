@@ -59,6 +59,8 @@ class NodeConfig(BaseSettings):
 
     run_dir: Path = Path("/run/space")
     net_prefix: str = Field(default="space", pattern=r"^[a-z][a-z0-9]{0,11}$")
+    warm_pool: dict[str, int] = Field(default_factory=lambda: {"base": 2})
+    base_snapshots: bool = True
     pool_size: str = Field(
         default="64G", pattern=r"^[0-9]+[KMGT]$", validation_alias="SPACE_POOL_SIZE"
     )
