@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import signal
 import time
@@ -149,6 +150,9 @@ async def test_clones_of_one_base_snapshot_do_not_share_randomness_or_time(
     node: LocalNode, sandboxes: SandboxFactory
 ) -> None:
     ids = await asyncio.gather(*(sandboxes() for _ in range(10)))
+    [base_memory] = node.data_dir.glob("pool/snapshots/base*-base-*/*/memory")
+    before = hashlib.sha256(base_memory.read_bytes()).hexdigest()
+    await sh(node, ids[0], "head -c 50000000 /dev/urandom > /dev/shm/dirty")
     probe = "head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; "
     probe += "python3 -c 'import uuid, time; print(uuid.uuid4()); print(time.time())'"
     randoms, uuids = set(), set()
@@ -160,6 +164,7 @@ async def test_clones_of_one_base_snapshot_do_not_share_randomness_or_time(
         uuids.add(str(uuid.UUID(made)))
         assert started - 1.0 <= float(clock) <= finished + 1.0
     assert len(randoms) == 10 and len(uuids) == 10
+    assert hashlib.sha256(base_memory.read_bytes()).hexdigest() == before
 
 
 def _twin(node: LocalNode) -> LocalNode:

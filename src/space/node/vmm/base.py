@@ -47,6 +47,8 @@ class VmConfig:
     root_disk: Path
     agent_disk: Path
     memory_mib: int = 256
+    memory_file: Path | None = None  # guest RAM backed by this file instead of anonymous memory
+    memory_shared: bool = False  # map it shared (writes reach the file) or private (copy-on-write)
     vcpus: int = 1
     network: NetworkAttachment | None = None
     extra: dict[str, str] = field(default_factory=dict)

@@ -9,6 +9,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from space.node.storage.reflink import clone_file
 from space.node.vmm.accel import Accel, guest_kernel_args
 from space.node.vmm.base import VmConfig, VmExited, VmHandle, VmmError, VmmUnavailable
 from space.node.vmm.process import ProcessWatch, process_matches, read_pid
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 STOP_GRACE = 2.0
 LAUNCH_TIMEOUT = 30.0
 STATE_FILE = "vmstate"
+MEMORY_FILE = "memory"
 
 
 @dataclass
@@ -61,13 +63,23 @@ class QemuDriver:
         """
         qmp = self._qmp(vm)
         await qmp.execute("stop")
-        await save_state(qmp, directory / STATE_FILE)
+        shared = vm.config.memory_shared and vm.config.memory_file is not None
+        await save_state(qmp, directory / STATE_FILE, skip_shared_ram=shared)
+        if shared and vm.config.memory_file is not None:
+            await asyncio.to_thread(clone_file, vm.config.memory_file, directory / MEMORY_FILE)
 
     async def restore(self, config: VmConfig, directory: Path) -> QemuVm:
-        """Start a VM from a saved state; `config` must describe the same devices."""
+        """Start a VM from a saved state; `config` must describe the same devices.
+
+        A state saved with its RAM in a memory file restores with that file
+        mapped private: pages are shared with every other clone until written.
+        """
+        memory = directory / MEMORY_FILE
+        if memory.exists():
+            config = dataclasses.replace(config, memory_file=memory, memory_shared=False)
         vm = await self._launch(config, incoming="defer")
         try:
-            await load_state(vm.qmp, directory / STATE_FILE)
+            await load_state(vm.qmp, directory / STATE_FILE, skip_shared_ram=memory.exists())
         except BaseException:
             await self.stop(vm)
             raise

@@ -16,13 +16,15 @@ def qemu_argv(config: VmConfig, accel: Accel, *, incoming: str | None = None) ->
         "-name",
         f"space-{config.vm_id}",
         "-machine",
-        "microvm,isa-serial=on,rtc=on,pit=on,pic=on,x-option-roms=off",
+        "microvm,isa-serial=on,rtc=on,pit=on,pic=on,x-option-roms=off,memory-backend=mem",
         "-accel",
         accel,
         "-cpu",
         cpu,
         "-m",
         f"{config.memory_mib}M",
+        "-object",
+        _memory_backend(config),
         "-smp",
         str(config.vcpus),
         "-nodefaults",
@@ -74,3 +76,12 @@ def qemu_argv(config: VmConfig, accel: Accel, *, incoming: str | None = None) ->
     if incoming is not None:
         argv += ["-incoming", incoming]
     return argv
+
+
+def _memory_backend(config: VmConfig) -> str:
+    """Guest RAM is always the backend `mem`, so every migration stream names it alike."""
+    size = f"size={config.memory_mib}M"
+    if config.memory_file is None:
+        return f"memory-backend-ram,id=mem,{size}"
+    share = "on" if config.memory_shared else "off"
+    return f"memory-backend-file,id=mem,{size},mem-path={config.memory_file},share={share}"

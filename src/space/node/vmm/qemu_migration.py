@@ -13,20 +13,35 @@ MIGRATION_TIMEOUT = 120.0
 UNTHROTTLED = 64 << 30  # bytes/s: a local file has no link to protect
 
 
-async def save_state(qmp: QmpClient, target: Path) -> None:
-    """Stream the stopped VM's state into `target` (not fsynced: the caller seals it)."""
+async def save_state(qmp: QmpClient, target: Path, *, skip_shared_ram: bool) -> None:
+    """Stream the stopped VM's state into `target` (not fsynced: the caller seals it).
+
+    With `skip_shared_ram`, RAM mapped shared from a file is left out of the
+    stream (it already is in that file): the state shrinks to device state.
+    """
+    await _ignore_shared(qmp, skip_shared_ram)
     await qmp.execute("migrate-set-parameters", {"max-bandwidth": UNTHROTTLED})
     await qmp.execute("migrate", {"uri": f"exec:cat > {shlex.quote(str(target))}"})
     await _wait_for_migration(qmp)
 
 
-async def load_state(qmp: QmpClient, source: Path) -> None:
-    """Feed a saved state into a QEMU started with `-incoming defer`, then run it."""
+async def load_state(qmp: QmpClient, source: Path, *, skip_shared_ram: bool) -> None:
+    """Feed a saved state into a QEMU started with `-incoming defer`, then run it.
+
+    With `skip_shared_ram` the stream carries no RAM: the guest's memory is what
+    its memory file holds (mapped private, so the file itself never changes).
+    """
+    await _ignore_shared(qmp, skip_shared_ram)
     await qmp.execute("migrate-incoming", {"uri": f"exec:cat {shlex.quote(str(source))}"})
     await _wait_for_migration(qmp)
     status = await qmp.execute("query-status")
     if status.get("status") != "running":
         await qmp.execute("cont")
+
+
+async def _ignore_shared(qmp: QmpClient, enabled: bool) -> None:
+    capability = {"capability": "x-ignore-shared", "state": enabled}
+    await qmp.execute("migrate-set-capabilities", {"capabilities": [capability]})
 
 
 async def _wait_for_migration(qmp: QmpClient) -> None:
