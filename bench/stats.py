@@ -16,7 +16,8 @@ def summary(name: str, samples: list[float], unit: str = "ms", scale: float = 10
     values = [s * scale for s in samples]
     return (
         f"{name:<34} n={len(values):<4} p50={percentile(values, 50):9.2f}{unit} "
-        f"p90={percentile(values, 90):9.2f}{unit} max={max(values):9.2f}{unit} "
+        f"p90={percentile(values, 90):9.2f}{unit} p99={percentile(values, 99):9.2f}{unit} "
+        f"max={max(values):9.2f}{unit} "
         f"mean={statistics.fmean(values):9.2f}{unit}"
     )
 

@@ -20,6 +20,7 @@ from space.node.sandbox import Sandbox
 log = logging.getLogger(__name__)
 
 REFILL_BACKOFF = 2.0
+REFILL_DELAY = 0.5  # let a just-claimed sandbox's first calls run before restoring more
 
 Filler = Callable[[str], Awaitable[Sandbox]]
 
@@ -79,4 +80,5 @@ class WarmPools:
             try:
                 await asyncio.wait_for(self._wake.wait(), 1.0)
             except TimeoutError:
-                pass
+                continue
+            await asyncio.sleep(REFILL_DELAY)

@@ -1,0 +1,128 @@
+"""Create latency through the HTTP API: warm-pool claim, base-snapshot restore, cold boot.
+
+    sudo SPACE_ACCEL=tcg .venv/bin/python -m bench.create_latency \
+        [--warm 120 --restore 60 --cold 20]
+
+Each mode runs its own `space up` (SQLite, throw-away data dir). A create is timed
+from the request to the `201` (the agent has answered a health call by then). The
+floor is QEMU itself restoring the same base snapshot (launch + incoming migration
+until the VM runs), measured in the same run without SPACE around it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import secrets
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from tests.e2e.server import SpaceServer
+
+from bench.stats import emit, summary
+from space.node.network.netns import NetworkManager
+from space.node.snapshotting import BootFiles
+from space.node.storage.reflink import clone_file
+from space.node.storage.snapshots import read_manifest
+from space.node.vmm.accel import choose_accel
+from space.node.vmm.base import NetworkAttachment, VmConfig
+from space.node.vmm.qemu import QemuDriver
+
+WARM_TARGET = 4
+
+
+def _pool_ready(http: httpx.Client) -> int:
+    text = http.get("/metrics").text
+    found = re.search(r'space_warm_pool_ready\{template="base"\} ([0-9.]+)', text)
+    return int(float(found.group(1))) if found else 0
+
+
+def _creates(server: SpaceServer, count: int, *, wait_for_pool: bool) -> list[float]:
+    samples = []
+    with server.client() as http:
+        for _ in range(count):
+            if wait_for_pool:
+                deadline = time.monotonic() + 120
+                while _pool_ready(http) < WARM_TARGET and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            started = time.perf_counter()
+            response = http.post("/v1/sandboxes", json={"template": "base"})
+            samples.append(time.perf_counter() - started)
+            response.raise_for_status()
+            http.delete(f"/v1/sandboxes/{response.json()['id']}").raise_for_status()
+    return samples
+
+
+def _run_mode(name: str, count: int, env: dict[str, str]) -> None:
+    root = Path(tempfile.mkdtemp(prefix=f"space-bench-{name}-"))
+    server = SpaceServer(root, **env)
+    server.start()
+    try:
+        samples = _creates(server, count, wait_for_pool=name == "warm")
+        emit(summary(f"create: {name}", samples))
+        if name == "restore":
+            _floor(server)
+    finally:
+        server.close()
+
+
+def _floor(server: SpaceServer) -> None:
+    bases = sorted(server.data_dir.glob("pool/snapshots/base*-base-*/*/manifest.json"))
+    if bases:
+        scratch = server.data_dir / "pool" / "scratch"
+        samples = asyncio.run(_raw_restores(bases[-1].parent, scratch))
+        emit(summary("floor: raw QEMU snapshot restore", samples))
+
+
+async def _raw_restores(snapshot: Path, scratch: Path, count: int = 20) -> list[float]:
+    driver = QemuDriver(choose_accel(os.environ.get("SPACE_ACCEL", "tcg")))
+    manifest = read_manifest(snapshot)
+    boot = BootFiles.from_manifest(manifest)
+    net = NetworkManager(f"spf{secrets.token_hex(3)}")
+    scratch.mkdir(parents=True, exist_ok=True)
+    samples = []
+    for i in range(count):
+        vm_id = f"floor{i}"
+        network = net.create(vm_id)
+        disk = scratch / f"{vm_id}.ext4"
+        clone_file(snapshot / "disk.ext4", disk)
+        config = VmConfig(
+            vm_id=vm_id,
+            run_dir=Path(f"/run/space-floor-{net.prefix}/{vm_id}"),
+            kernel=boot.kernel,
+            initramfs=boot.initramfs,
+            cmdline="console=ttyS0 quiet panic=-1",
+            root_disk=disk,
+            agent_disk=boot.agent_disk,
+            memory_mib=manifest["memory_mib"],
+            vcpus=manifest["vcpus"],
+            network=NetworkAttachment(network.netns, network.tap, network.guest_mac),
+        )
+        started = time.perf_counter()
+        vm = await driver.restore(config, snapshot)
+        samples.append(time.perf_counter() - started)
+        await driver.stop(vm)
+        net.delete(vm_id)
+        disk.unlink()
+    return samples
+
+
+def main(warm: int, restore: int, cold: int) -> None:
+    accel = os.environ.get("SPACE_ACCEL", "tcg")
+    emit(f"{warm + restore + cold} creates through the HTTP API (accel {accel})")
+    _run_mode("warm", warm, {"SPACE_NODE_WARM_POOL": f'{{"base": {WARM_TARGET}}}'})
+    _run_mode("restore", restore, {"SPACE_NODE_WARM_POOL": "{}"})
+    _run_mode("cold", cold, {"SPACE_NODE_WARM_POOL": "{}", "SPACE_NODE_BASE_SNAPSHOTS": "false"})
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--warm", type=int, default=120)
+    parser.add_argument("--restore", type=int, default=60)
+    parser.add_argument("--cold", type=int, default=20)
+    args = parser.parse_args()
+    main(args.warm, args.restore, args.cold)
