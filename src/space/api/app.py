@@ -17,6 +17,7 @@ from space.api.routes import lifecycle as power
 from space.api.state import AppState
 from space.config import Settings
 from space.control.controller import Controller
+from space.control.expiry import Activity
 from space.control.waiter import DbWaiter, Lifecycle
 from space.node.client import NodeClient
 from space.store.commands import CommandRepo
@@ -37,7 +38,8 @@ def create_app(
     sandbox creation waits for a separate `space controller` and data-plane calls
     answer 503."""
     db = db or open_database(settings)
-    controller = _controller(settings, db, node)
+    activity = Activity()
+    controller = _controller(settings, db, node, activity)
     hub = _hub(settings, db, node)
     lifecycle: Lifecycle = controller or DbWaiter(db, timeout=settings.timeouts.create)
     metrics = Metrics(db, node)
@@ -57,7 +59,7 @@ def create_app(
                 await controller.aclose()
 
     app = FastAPI(title="SPACE", version=API_VERSION, lifespan=lifespan)
-    app.state.space = AppState(settings, db, node, lifecycle, hub)
+    app.state.space = AppState(settings, db, node, lifecycle, hub, activity)
     app.state.metrics = metrics
     install_error_handlers(app)
     for module in (sandboxes, commands, files, power, system):
@@ -67,10 +69,18 @@ def create_app(
     return app
 
 
-def _controller(settings: Settings, db: Database, node: NodeClient | None) -> Controller | None:
+def _controller(
+    settings: Settings, db: Database, node: NodeClient | None, activity: Activity
+) -> Controller | None:
     if node is None:
         return None
-    return Controller(db=db, node=node, timeouts=settings.timeouts, config=settings.controller)
+    return Controller(
+        db=db,
+        node=node,
+        timeouts=settings.timeouts,
+        config=settings.controller,
+        activity=activity,
+    )
 
 
 def _hub(settings: Settings, db: Database, node: NodeClient | None) -> CommandHub | None:

@@ -85,8 +85,10 @@ class AgentOpsMixin:
         self: _HasAgents, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool
     ) -> AgentProcess:
         """Start a process as `user` (None: the agent's default); with `stdin=False`
-        its stdin is /dev/null, otherwise it stays open for `write_stdin`."""
-        return await self._agent(sandbox_id).start(request, user=user, stdin=stdin)
+        its stdin is /dev/null, otherwise it stays open for `write_stdin`. A refusal
+        (no such user, program or cwd) is an `OSError`."""
+        with as_oserror(request.cwd or (request.args or ("",))[0]):
+            return await self._agent(sandbox_id).start(request, user=user, stdin=stdin)
 
     async def processes(self: _HasAgents, sandbox_id: str) -> list[ProcessInfo]:
         return await self._agent(sandbox_id).processes()

@@ -1,0 +1,53 @@
+"""`E2bConfig`: settings of the E2B-compatible front (`SPACE_E2B_*`).
+
+Built once per process by `create_app`. The token secret signs envd access
+tokens; every API replica must share it (`SPACE_E2B_TOKEN_SECRET`), otherwise
+it is generated once into `DATA_DIR/e2b-token.key` (0600) and reused.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: The envd version SPACE reports: the lowest one for which e2b 2.21.1 turns on
+#: every feature it gates on a version (octet-stream uploads, 0.5.7; no forced
+#: `user` header, 0.4.0; `stdin=False`, 0.3.0; metrics, recursive watch).
+ENVD_VERSION = "0.5.7"
+ENVD_PORT = 49983
+
+
+class E2bConfig(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPACE_E2B_", extra="ignore")
+
+    domain: str | None = Field(
+        default=None,
+        description="sandbox domain reported to clients (Host `49983-{id}.{domain}` routing)",
+    )
+    token_secret: str | None = Field(default=None, min_length=32)
+    keepalive_seconds: float = Field(default=15.0, gt=0, description="quiet-stream keepalive")
+    stream_queue: int = Field(default=1024, gt=0, description="events buffered per stream")
+
+
+def load_secret(config: E2bConfig, data_dir: Path) -> bytes:
+    """The token secret from the config, else from (or newly into) the data dir."""
+    if config.token_secret:
+        return config.token_secret.encode()
+    path = data_dir / "e2b-token.key"
+    try:
+        return path.read_bytes().strip()
+    except FileNotFoundError:
+        pass
+    data_dir.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_urlsafe(48).encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process won the race
+        return path.read_bytes().strip()
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(secret)
+    return secret

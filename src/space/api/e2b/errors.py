@@ -1,0 +1,103 @@
+"""E2B's error shape, `{"code": <http status>, "message": "..."}`, for the REST
+routes and envd's `/files` and `/health`; one table maps SPACE's errors onto it.
+
+    ApiError                         its own status
+    RequestValidationError           400 (E2B answers bad bodies with 400)
+    HTTPException                    its status
+    EnvdAuthError                    401
+    store.NotFound                   404
+    FileNotFoundError                404
+    IsADirectoryError, NotADirectoryError, ValueError   400
+    PermissionError                  403
+    store.InvalidTransition, StaleGeneration            409
+    control.NotSupported             501
+    SandboxNotRunning, node errors, control.NodeFailed  502 (envd: "sandbox not found")
+    control.NodeUnavailable          503
+    TimeoutError                     504
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+
+from space.api.e2b.routing import EnvdAuthError, SandboxNotRunning
+from space.api.errors import ApiError
+from space.control.errors import NodeFailed, NodeUnavailable, NotSupported
+from space.node.errors import NodeError
+from space.store.errors import InvalidTransition, NotFound, StaleGeneration
+
+log = logging.getLogger(__name__)
+
+_STATUS: list[tuple[type[Exception], int]] = [
+    (RequestValidationError, 400),
+    (EnvdAuthError, 401),
+    (NotFound, 404),
+    (FileNotFoundError, 404),
+    (IsADirectoryError, 400),
+    (NotADirectoryError, 400),
+    (PermissionError, 403),
+    (InvalidTransition, 409),
+    (StaleGeneration, 409),
+    (NotSupported, 501),
+    (SandboxNotRunning, 502),
+    (NodeFailed, 502),
+    (NodeError, 502),
+    (NodeUnavailable, 503),
+    (TimeoutError, 504),
+    (ValueError, 400),
+]
+
+
+class E2bError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def error_response(exc: Exception) -> JSONResponse:
+    status, message = _describe(exc)
+    return JSONResponse({"code": status, "message": message}, status_code=status)
+
+
+def _describe(exc: Exception) -> tuple[int, str]:
+    if isinstance(exc, E2bError):
+        return exc.status, exc.message
+    if isinstance(exc, ApiError):
+        return exc.status, exc.message
+    if isinstance(exc, HTTPException):
+        return exc.status_code, str(exc.detail)
+    if isinstance(exc, RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ())[1:]) or "body"
+        return 400, f"{where}: {first.get('msg', 'invalid request')}"
+    for kind, status in _STATUS:
+        if isinstance(exc, kind):
+            if isinstance(exc, OSError) and exc.filename:
+                return status, f"{exc.filename}: {exc.strerror or exc}"
+            return status, str(exc) or type(exc).__name__
+    log.error("unexpected error in an E2B route", exc_info=exc)
+    return 500, f"internal error ({type(exc).__name__})"
+
+
+class E2bRoute(APIRoute):
+    """Any exception from a handler or its dependencies answers in E2B's shape."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as exc:
+                return error_response(exc)
+
+        return route

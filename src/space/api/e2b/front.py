@@ -1,0 +1,42 @@
+"""`E2bFront`: what the E2B-compatible routes share within one API process."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from space.api.deps import StateDep
+from space.api.e2b.config import E2bConfig, load_secret
+from space.api.e2b.processes import ProcessRegistry
+from space.api.e2b.routing import EnvdTarget, resolve
+from space.api.e2b.tokens import AccessTokens
+from space.api.e2b.watchers import Watchers
+from space.config import Settings
+
+
+class E2bFront:
+    def __init__(self, settings: Settings, config: E2bConfig | None = None) -> None:
+        self.config = config or E2bConfig()
+        self.tokens = AccessTokens(load_secret(self.config, settings.data_dir))
+        self.processes = ProcessRegistry(queue_size=self.config.stream_queue)
+        self.watchers = Watchers(queue_size=self.config.stream_queue)
+
+    async def aclose(self) -> None:
+        await self.processes.aclose()
+        await self.watchers.aclose()
+
+
+def _front(request: Request) -> E2bFront:
+    front: E2bFront = request.app.state.e2b
+    return front
+
+
+FrontDep = Annotated[E2bFront, Depends(_front)]
+
+
+def _envd(request: Request, front: FrontDep, state: StateDep) -> EnvdTarget:
+    return resolve(request, state.db, front.tokens)
+
+
+EnvdDep = Annotated[EnvdTarget, Depends(_envd)]

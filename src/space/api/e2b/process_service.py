@@ -1,0 +1,184 @@
+"""`process.Process`: Start, Connect (server streams), List, SendInput, SendSignal, Update."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from space.api.deps import StateDep
+from space.api.e2b.connect import ConnectError, ConnectRoute, read_stream_request, read_unary
+from space.api.e2b.front import E2bFront, EnvdDep, FrontDep
+from space.api.e2b.messages import (
+    SIGNALS,
+    ConnectRequest,
+    SendInputRequest,
+    SendSignalRequest,
+    StartRequest,
+    UpdateRequest,
+    process_event,
+)
+from space.api.e2b.processes import Follow, LiveProcess, ProcessConfig
+from space.api.e2b.streams import get_within, stream_response
+from space.api.state import AppState
+
+router = APIRouter(prefix="/process.Process", route_class=ConnectRoute, include_in_schema=False)
+
+#: E2B's default account; SPACE templates have none, so it means the agent's default (root).
+E2B_DEFAULT_USER = "user"
+
+
+def request_user(request: Request) -> str | None:
+    """The user from envd's `Authorization: Basic base64(user:)`, None for the default."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "basic" or not value:
+        return None
+    try:
+        user = base64.b64decode(value).decode().partition(":")[0]
+    except (binascii.Error, UnicodeDecodeError):
+        raise ConnectError("invalid_argument", "malformed Basic authorization") from None
+    return None if user in ("", E2B_DEFAULT_USER) else user
+
+
+@router.post("/Start")
+async def start(request: Request, target: EnvdDep, front: FrontDep, state: StateDep) -> Response:
+    body = await read_stream_request(request, StartRequest)
+    size = body.pty.size if body.pty is not None else None
+    pty = (size.rows, size.cols) if size is not None else None
+    if body.pty is not None and pty is None:
+        pty = (24, 80)
+    config = ProcessConfig(
+        cmd=body.process.cmd,
+        args=list(body.process.args),
+        envs={**target.env, **body.process.envs},
+        cwd=body.process.cwd or None,
+    )
+    async with asyncio.timeout(state.settings.timeouts.node_call):
+        live, follow = await front.processes.start(
+            state.node,
+            target.sandbox_id,
+            config,
+            user=request_user(request),
+            stdin=pty is not None or body.stdin is None or body.stdin,
+            pty=pty,
+            tag=body.tag,
+        )
+    return _follow(request, front, live, follow)
+
+
+@router.post("/Connect")
+async def connect(request: Request, target: EnvdDep, front: FrontDep, state: StateDep) -> Response:
+    body = await read_stream_request(request, ConnectRequest)
+    async with asyncio.timeout(state.settings.timeouts.node_call):
+        live, follow = await front.processes.connect(
+            state.node, target.sandbox_id, body.process.pid, body.process.tag
+        )
+    return _follow(request, front, live, follow)
+
+
+def _follow(request: Request, front: E2bFront, live: LiveProcess, follow: Follow) -> Response:
+    exited = False
+
+    async def next_item(seconds: float) -> tuple[str, Any] | None:
+        nonlocal exited
+        if exited:
+            return "end", None
+        arrived, event = await get_within(follow, seconds)
+        if not arrived:
+            return None
+        if event is None:
+            return "end", ConnectError("unavailable", "lost the process output (client too slow?)")
+        exited = event.kind == "exit"
+        return "msg", {"event": process_event(event, live.pty)}
+
+    async def cleanup() -> None:
+        front.processes.unfollow(live, follow)
+
+    return stream_response(
+        request,
+        {"event": {"start": {"pid": live.pid}}},
+        next_item,
+        {"event": {"keepalive": {}}},
+        default_keepalive=front.config.keepalive_seconds,
+        cleanup=cleanup,
+    )
+
+
+@router.post("/List")
+async def list_processes(
+    request: Request, target: EnvdDep, front: FrontDep, state: StateDep
+) -> Response:
+    async with asyncio.timeout(state.settings.timeouts.node_call):
+        running = [p for p in await state.node.processes(target.sandbox_id) if p.running]
+    held = front.processes.held_in(target.sandbox_id)
+    listed: list[dict[str, Any]] = []
+    for info in running:
+        live = held.get(info.pid)
+        if live is not None and live.config.cmd:
+            config = live.config
+            entry: dict[str, Any] = {
+                "config": {"cmd": config.cmd, "args": config.args, "envs": config.envs},
+                "pid": info.pid,
+            }
+            if config.cwd:
+                entry["config"]["cwd"] = config.cwd
+            if live.tag:
+                entry["tag"] = live.tag
+        else:
+            argv = list(info.argv) or ([info.cmd] if info.cmd else [])
+            entry = {"config": {"cmd": argv[0] if argv else "", "args": argv[1:]}, "pid": info.pid}
+        listed.append(entry)
+    return JSONResponse({"processes": listed})
+
+
+@router.post("/SendInput")
+async def send_input(
+    request: Request, target: EnvdDep, front: FrontDep, state: StateDep
+) -> Response:
+    body = await read_unary(request, SendInputRequest)
+    live = await _held(state, front, target.sandbox_id, body.process.pid, body.process.tag)
+    async with asyncio.timeout(state.settings.timeouts.node_call):
+        await live.handle.write_stdin(body.input.data())
+    return JSONResponse({})
+
+
+@router.post("/SendSignal")
+async def send_signal(
+    request: Request, target: EnvdDep, front: FrontDep, state: StateDep
+) -> Response:
+    body = await read_unary(request, SendSignalRequest)
+    signum = SIGNALS.get(body.signal)
+    if signum is None:
+        raise ConnectError("invalid_argument", f"unsupported signal {body.signal!r}")
+    live = await _held(state, front, target.sandbox_id, body.process.pid, body.process.tag)
+    async with asyncio.timeout(state.settings.timeouts.node_call):
+        await live.handle.signal(signum)
+    return JSONResponse({})
+
+
+@router.post("/Update")
+async def update(request: Request, target: EnvdDep, front: FrontDep, state: StateDep) -> Response:
+    body = await read_unary(request, UpdateRequest)
+    live = await _held(state, front, target.sandbox_id, body.process.pid, body.process.tag)
+    if body.pty is not None and body.pty.size is not None:
+        async with asyncio.timeout(state.settings.timeouts.node_call):
+            await live.handle.resize(body.pty.size.rows, body.pty.size.cols)
+    return JSONResponse({})
+
+
+@router.post("/StreamInput")
+async def stream_input(target: EnvdDep) -> Response:
+    raise ConnectError("unimplemented", "client streams are not supported; use SendInput")
+
+
+async def _held(
+    state: AppState, front: E2bFront, sandbox_id: str, pid: int | None, tag: str | None
+) -> LiveProcess:
+    if pid is None and tag is None:
+        raise ConnectError("invalid_argument", "process selector needs a pid or a tag")
+    async with asyncio.timeout(state.settings.timeouts.node_call):
+        return await front.processes.held(state.node, sandbox_id, pid, tag)

@@ -1,0 +1,269 @@
+"""E2B's REST API (`E2B_API_URL`): sandboxes as E2B lists, creates, pauses and kills them.
+
+`X-API-KEY` carries a SPACE API key; sandboxes are scoped to its org. E2B
+`pause` is SPACE suspend; `connect` resumes a paused and restores a suspended one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import urllib.parse
+from datetime import datetime, timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from space.api.deps import StateDep
+from space.api.e2b import metrics
+from space.api.e2b.errors import E2bError, E2bRoute
+from space.api.e2b.front import FrontDep
+from space.api.e2b.rest_models import (
+    E2B_STATE,
+    ConnectIn,
+    NewSandboxIn,
+    RefreshIn,
+    TimeoutIn,
+    detail_json,
+    end_at,
+    listed_json,
+    sandbox_json,
+)
+from space.api.routes.sandboxes import create_sandbox, delete_sandbox
+from space.api.schemas import CreateSandbox
+from space.api.state import AppState
+from space.control.expiry import lifetime_until
+from space.control.power import PowerOp, apply_power
+from space.store.keys import KeyRepo, Principal
+from space.store.models import Sandbox, utcnow
+from space.store.sandboxes import SandboxRepo
+from space.store.states import SandboxState
+
+router = APIRouter(route_class=E2bRoute, include_in_schema=False)
+S = SandboxState
+
+
+def _principal(request: Request, state: StateDep) -> Principal:
+    key = request.headers.get("x-api-key", "").strip()
+    if not key:
+        raise E2bError(401, "missing X-API-KEY header (a SPACE API key)")
+    with state.db.session() as session:
+        principal = KeyRepo(session).authenticate(key)
+    if principal is None:
+        raise E2bError(401, "invalid API key")
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(_principal)]
+
+
+def _visible(state: AppState, principal: Principal, sandbox_id: str) -> Sandbox:
+    """The caller's sandbox as E2B sees it: error and deleting ones are not found."""
+    with state.db.session() as session:
+        repo = SandboxRepo(session)
+        row = repo.get(sandbox_id, org_id=principal.org_id)
+        if row.state not in E2B_STATE:
+            raise E2bError(404, f"sandbox {sandbox_id} not found")
+        repo.touch(row.id)
+    return row
+
+
+@router.post("/sandboxes", status_code=201)
+async def create(
+    body: NewSandboxIn, principal: PrincipalDep, state: StateDep, front: FrontDep
+) -> JSONResponse:
+    if body.volume_mounts:
+        raise E2bError(400, "volume mounts are not supported by SPACE")
+    native = CreateSandbox(
+        template=body.template_id,
+        timeout=body.timeout or None,
+        on_timeout="suspend" if body.auto_pause else "kill",
+        env=body.env_vars,
+        metadata=body.metadata,
+        network=body.network_policy(),
+    )
+    created = await create_sandbox(native, principal, state)
+    row = _visible(state, principal, created.id)
+    token = front.tokens.token_for(row.id)
+    return JSONResponse(sandbox_json(row, token, front.config.domain), status_code=201)
+
+
+@router.get("/sandboxes/{sandbox_id}")
+async def get(
+    sandbox_id: str, principal: PrincipalDep, state: StateDep, front: FrontDep
+) -> JSONResponse:
+    row = _visible(state, principal, sandbox_id)
+    return JSONResponse(detail_json(row, front.tokens.token_for(row.id), front.config.domain))
+
+
+@router.get("/sandboxes")
+async def list_v1(principal: PrincipalDep, state: StateDep) -> JSONResponse:
+    return JSONResponse([listed_json(row) for row in _listable(state, principal)])
+
+
+@router.get("/v2/sandboxes")
+async def list_v2(
+    principal: PrincipalDep,
+    state: StateDep,
+    metadata: str | None = None,
+    states: Annotated[str | None, Query(alias="state")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    next_token: Annotated[str | None, Query(alias="nextToken")] = None,
+) -> JSONResponse:
+    wanted_meta = _metadata_filter(metadata)
+    wanted_states = set(states.split(",")) if states else {"running", "paused"}
+    rows = [
+        row
+        for row in _listable(state, principal)
+        if E2B_STATE[row.state] in wanted_states
+        and all(row.meta.get(k) == v for k, v in wanted_meta.items())
+    ]
+    start = _page_start(rows, next_token)
+    page = rows[start : start + limit]
+    headers = {}
+    if start + limit < len(rows):
+        headers["x-next-token"] = _token_after(page[-1])
+    return JSONResponse([listed_json(row) for row in page], headers=headers)
+
+
+@router.delete("/sandboxes/{sandbox_id}", status_code=204)
+async def kill(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Response:
+    """Also removes a sandbox in `error` (hidden from E2B's lists otherwise)."""
+    with state.db.session() as session:
+        row = SandboxRepo(session).get(sandbox_id, org_id=principal.org_id)
+    if row.state == S.DELETING.value:
+        raise E2bError(404, f"sandbox {sandbox_id} is already being killed")
+    await delete_sandbox(row, state)
+    return Response(status_code=204)
+
+
+@router.post("/sandboxes/{sandbox_id}/pause", status_code=204)
+async def pause(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Response:
+    """E2B pause = SPACE suspend (memory and disk to the snapshot store)."""
+    row = _visible(state, principal, sandbox_id)
+    if row.state in (S.SUSPENDING.value, S.SUSPENDED.value):
+        raise E2bError(409, f"sandbox {sandbox_id} is already paused")
+    await _power(state, row, "suspend")
+    return Response(status_code=204)
+
+
+@router.post("/sandboxes/{sandbox_id}/connect")
+async def connect(
+    sandbox_id: str, body: ConnectIn, principal: PrincipalDep, state: StateDep, front: FrontDep
+) -> JSONResponse:
+    """Running: 200. Paused (in RAM) is resumed, suspended is restored: 201."""
+    row = await _wake(state, principal, sandbox_id, body.timeout, extend_only=True)
+    status = 200 if row is None else 201
+    row = row or _visible(state, principal, sandbox_id)
+    token = front.tokens.token_for(row.id)
+    return JSONResponse(sandbox_json(row, token, front.config.domain), status_code=status)
+
+
+@router.post("/sandboxes/{sandbox_id}/resume", status_code=201)
+async def resume(
+    sandbox_id: str, body: ConnectIn, principal: PrincipalDep, state: StateDep, front: FrontDep
+) -> JSONResponse:
+    """The deprecated form of connect; a running sandbox is a 409 here."""
+    row = await _wake(state, principal, sandbox_id, body.timeout, extend_only=False)
+    if row is None:
+        raise E2bError(409, f"sandbox {sandbox_id} is already running")
+    token = front.tokens.token_for(row.id)
+    return JSONResponse(sandbox_json(row, token, front.config.domain), status_code=201)
+
+
+@router.post("/sandboxes/{sandbox_id}/timeout", status_code=204)
+async def set_timeout(
+    sandbox_id: str, body: TimeoutIn, principal: PrincipalDep, state: StateDep
+) -> Response:
+    """The sandbox now ends `timeout` seconds from now."""
+    row = _visible(state, principal, sandbox_id)
+    _deadline(state, row, body.timeout, extend_only=False)
+    return Response(status_code=204)
+
+
+@router.post("/sandboxes/{sandbox_id}/refreshes", status_code=204)
+async def refresh(
+    sandbox_id: str, body: RefreshIn, principal: PrincipalDep, state: StateDep
+) -> Response:
+    row = _visible(state, principal, sandbox_id)
+    _deadline(state, row, body.duration, extend_only=True)
+    return Response(status_code=204)
+
+
+@router.get("/sandboxes/{sandbox_id}/metrics")
+async def get_metrics(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> JSONResponse:
+    """The current sample (SPACE keeps no history); none while the sandbox is not running."""
+    row = _visible(state, principal, sandbox_id)
+    if row.state != S.RUNNING.value:
+        return JSONResponse([])
+    async with asyncio.timeout(state.settings.timeouts.node_call):
+        return JSONResponse([await metrics.sample(state.node, row.id)])
+
+
+@router.post("/sandboxes/{sandbox_id}/snapshots")
+async def snapshot(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Response:
+    _visible(state, principal, sandbox_id)
+    raise E2bError(501, "snapshots as templates are not supported by SPACE yet")
+
+
+async def _wake(
+    state: AppState, principal: Principal, sandbox_id: str, timeout: int, *, extend_only: bool
+) -> Sandbox | None:
+    """Resume or restore the sandbox; None if it was running already."""
+    row = _visible(state, principal, sandbox_id)
+    woken: Sandbox | None = None
+    if row.state == S.PAUSED.value:
+        woken = await _power(state, row, "resume")
+    elif row.state == S.SUSPENDED.value:
+        woken = await _power(state, row, "restore")
+    elif row.state != S.RUNNING.value:
+        raise E2bError(409, f"sandbox {sandbox_id} is {row.state}; try again shortly")
+    _deadline(state, woken or row, timeout, extend_only=extend_only)
+    return woken
+
+
+async def _power(state: AppState, row: Sandbox, op: PowerOp) -> Sandbox:
+    return await apply_power(state.db, state.node, row, op, timeout=state.settings.timeouts.create)
+
+
+def _deadline(state: AppState, row: Sandbox, timeout: int, *, extend_only: bool) -> None:
+    """Move the deadline to `timeout` seconds from now (never earlier, if `extend_only`;
+    a sandbox without a deadline keeps none then)."""
+    wanted = utcnow() + timedelta(seconds=timeout)
+    if extend_only and (row.timeout_seconds is None or end_at(row) >= wanted):
+        return
+    with state.db.session() as session:
+        SandboxRepo(session).set_timeout(row.id, lifetime_until(row, wanted))
+
+
+def _listable(state: AppState, principal: Principal) -> list[Sandbox]:
+    with state.db.session() as session:
+        rows = SandboxRepo(session).list_for_org(principal.org_id)
+    return [row for row in rows if row.state in E2B_STATE]
+
+
+def _metadata_filter(metadata: str | None) -> dict[str, str]:
+    """The SDK sends `urlencode({quote(k): quote(v)})` as one parameter."""
+    if not metadata:
+        return {}
+    pairs = urllib.parse.parse_qsl(metadata, keep_blank_values=True)
+    return {urllib.parse.unquote(k): urllib.parse.unquote(v) for k, v in pairs}
+
+
+def _token_after(row: Sandbox) -> str:
+    return base64.urlsafe_b64encode(f"{row.created_at.isoformat()}|{row.id}".encode()).decode()
+
+
+def _page_start(rows: list[Sandbox], token: str | None) -> int:
+    """Index of the first row after the one the token names (rows are ordered by
+    creation time, then id, so a row deleted meanwhile does not break paging)."""
+    if not token:
+        return 0
+    try:
+        created, _, after = base64.urlsafe_b64decode(token.encode()).decode().partition("|")
+        position = (datetime.fromisoformat(created), after)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise E2bError(400, "invalid nextToken") from None
+    return next((i for i, row in enumerate(rows) if (row.created_at, row.id) > position), len(rows))

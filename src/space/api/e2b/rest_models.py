@@ -1,0 +1,165 @@
+"""E2B REST bodies in, and SPACE sandbox rows out in E2B's JSON shapes.
+
+SPACE state -> E2B state: running (and creating) -> `running`; paused,
+suspending, suspended, restoring -> `paused`; error and deleting are not shown.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from space.api.e2b.config import ENVD_VERSION
+from space.node.client import SandboxSpec
+from space.store.models import Sandbox
+from space.store.states import SandboxState
+
+S = SandboxState
+E2B_STATE: dict[str, str] = {
+    S.CREATING.value: "running",
+    S.RUNNING.value: "running",
+    S.PAUSED.value: "paused",
+    S.SUSPENDING.value: "paused",
+    S.SUSPENDED.value: "paused",
+    S.RESTORING.value: "paused",
+}
+CLIENT_ID = "space"
+_DEFAULTS = SandboxSpec(sandbox_id="defaults")
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class NetworkIn(_Body):
+    allow_out: list[str] | None = Field(default=None, alias="allowOut")
+    deny_out: list[str] | None = Field(default=None, alias="denyOut")
+    allow_public_traffic: bool | None = Field(default=None, alias="allowPublicTraffic")
+    mask_request_host: str | None = Field(default=None, alias="maskRequestHost")
+
+
+class NewSandboxIn(_Body):
+    template_id: str = Field(alias="templateID", min_length=1)
+    timeout: int = Field(default=15, ge=0)
+    auto_pause: bool = Field(default=False, alias="autoPause")
+    env_vars: dict[str, str] = Field(default_factory=dict, alias="envVars")
+    metadata: dict[str, str] = Field(default_factory=dict)
+    secure: bool = True
+    allow_internet_access: bool | None = None
+    network: NetworkIn | None = None
+    volume_mounts: list[dict[str, Any]] | None = Field(default=None, alias="volumeMounts")
+
+    def network_policy(self) -> dict[str, Any] | None:
+        """SPACE's egress policy (`{"mode", "allow", "deny"}`) for E2B's options.
+
+        `allow_out` given: `allowlist` of it (E2B lets it override `deny_out`);
+        internet access off (= E2B's deny 0.0.0.0/0) without one: `none`; only
+        `deny_out`: `open` minus it. Plain `allow_internet_access=True`, which the
+        SDK sends by default, leaves the org's default policy in force (None).
+        """
+        network = self.network or NetworkIn()
+        deny = [_cidr(entry) for entry in network.deny_out or [] if entry != CATCH_ALL]
+        allow = [_cidr(entry) for entry in network.allow_out or []]
+        if allow:
+            return {"mode": "allowlist", "allow": allow, "deny": deny}
+        if self.allow_internet_access is False or CATCH_ALL in (network.deny_out or []):
+            return {"mode": "none", "allow": [], "deny": deny}
+        if deny:
+            return {"mode": "open", "allow": [], "deny": deny}
+        return None
+
+
+CATCH_ALL = "0.0.0.0/0"
+
+
+def _cidr(entry: str) -> str:
+    """E2B takes bare IPs where SPACE's policy wants CIDRs."""
+    try:
+        return str(ipaddress.ip_network(entry, strict=False))
+    except ValueError:
+        return entry
+
+
+def network_view(policy: dict[str, Any] | None) -> tuple[bool | None, dict[str, Any]]:
+    """E2B's `allowInternetAccess` and `network` read back from SPACE's policy."""
+    if policy is None:
+        return None, {}
+    mode, deny = policy.get("mode", "none"), list(policy.get("deny", []))
+    if mode == "open":
+        return True, {"denyOut": deny} if deny else {}
+    return False, {"allowOut": list(policy.get("allow", [])), "denyOut": [CATCH_ALL, *deny]}
+
+
+class TimeoutIn(_Body):
+    timeout: int = Field(ge=0)
+
+
+class ConnectIn(_Body):
+    timeout: int = Field(default=300, ge=0)
+
+
+class RefreshIn(_Body):
+    duration: int = Field(default=0, ge=0, le=3600)
+
+
+def end_at(row: Sandbox) -> datetime:
+    """When the sandbox's deadline is: its timeout, else its idle suspend."""
+    if row.timeout_seconds is not None:
+        return row.created_at + timedelta(seconds=row.timeout_seconds)
+    return row.last_activity_at + timedelta(seconds=row.idle_timeout_seconds)
+
+
+def sandbox_json(row: Sandbox, token: str, domain: str | None) -> dict[str, Any]:
+    """E2B's `Sandbox` (what create, connect and resume answer)."""
+    return {
+        "clientID": CLIENT_ID,
+        "envdVersion": ENVD_VERSION,
+        "sandboxID": row.id,
+        "templateID": row.template,
+        "alias": row.template,
+        "domain": domain,
+        "envdAccessToken": token,
+        "trafficAccessToken": None,
+    }
+
+
+def listed_json(row: Sandbox) -> dict[str, Any]:
+    """E2B's `ListedSandbox`."""
+    return {
+        "clientID": CLIENT_ID,
+        "cpuCount": _DEFAULTS.vcpus,
+        "diskSizeMB": 0,
+        "endAt": _iso(end_at(row)),
+        "envdVersion": ENVD_VERSION,
+        "memoryMB": _DEFAULTS.memory_mib,
+        "sandboxID": row.id,
+        "startedAt": _iso(row.created_at),
+        "state": E2B_STATE[row.state],
+        "templateID": row.template,
+        "alias": row.template,
+        "metadata": dict(row.meta),
+        "volumeMounts": [],
+    }
+
+
+def detail_json(row: Sandbox, token: str, domain: str | None) -> dict[str, Any]:
+    """E2B's `SandboxDetail`."""
+    allow_internet_access, network = network_view(row.network)
+    return {
+        **listed_json(row),
+        "domain": domain,
+        "envdAccessToken": token,
+        "allowInternetAccess": allow_internet_access,
+        "network": network,
+        "lifecycle": {
+            "autoResume": False,
+            "onTimeout": "pause" if row.on_timeout == "suspend" else "kill",
+        },
+    }
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")

@@ -1,0 +1,116 @@
+"""envd's wire format as the SDK relies on it, checked byte by byte with httpx."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ServerThread
+
+
+def envelope(message: dict[str, Any]) -> bytes:
+    payload = json.dumps(message).encode()
+    return struct.pack(">BI", 0, len(payload)) + payload
+
+
+def frames(response: httpx.Response) -> Iterator[tuple[int, dict[str, Any]]]:
+    buffer = b""
+    for chunk in response.iter_bytes():
+        buffer += chunk
+        while len(buffer) >= 5:
+            flags, length = struct.unpack(">BI", buffer[:5])
+            if len(buffer) < 5 + length:
+                break
+            yield flags, json.loads(buffer[5 : 5 + length])
+            buffer = buffer[5 + length :]
+
+
+@pytest.fixture
+def sandbox(server: ServerThread, make_key: Callable[..., str]) -> tuple[str, str]:
+    response = httpx.post(
+        f"{server.url}/sandboxes",
+        json={"templateID": "base", "timeout": 60},
+        headers={"X-API-KEY": make_key("acme")},
+    )
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["envdVersion"] == "0.5.7" and body["clientID"] == "space"
+    return body["sandboxID"], body["envdAccessToken"]
+
+
+STREAM = {"content-type": "application/connect+json", "connect-protocol-version": "1"}
+
+
+def test_process_stream_framing(server: ServerThread, sandbox: tuple[str, str]) -> None:
+    sandbox_id, token = sandbox
+    headers = {**STREAM, "E2b-Sandbox-Id": sandbox_id, "X-Access-Token": token}
+    start = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "wait"]}, "stdin": False}
+    with httpx.stream(
+        "POST", f"{server.url}/process.Process/Start", content=envelope(start), headers=headers
+    ) as response:
+        assert response.headers["content-type"] == "application/connect+json"
+        stream = frames(response)
+        flags, first = next(stream)
+        pid = first["event"]["start"]["pid"]
+        assert flags == 0
+        assert next(stream) == (0, {"event": {"keepalive": {}}})  # quiet: keepalives
+        signal = {"process": {"pid": pid}, "signal": "SIGNAL_SIGTERM"}
+        sent = httpx.post(
+            f"{server.url}/process.Process/SendSignal",
+            json=signal,
+            headers={"X-Access-Token": token},  # the token alone routes
+        )
+        assert (sent.status_code, sent.json()) == (200, {})
+        rest = [frame for frame in stream if "keepalive" not in frame[1].get("event", {})]
+    assert rest == [
+        (0, {"event": {"end": {"exitCode": 143, "exited": True, "status": "exit status 143"}}}),
+        (2, {}),
+    ]
+
+
+def test_stream_deadline_and_output(server: ServerThread, sandbox: tuple[str, str]) -> None:
+    sandbox_id, token = sandbox
+    headers = {**STREAM, "X-Access-Token": token, "connect-timeout-ms": "500"}
+    start = {"process": {"cmd": "/bin/bash", "args": ["-c", "emit 1"]}}
+    with httpx.stream(
+        "POST", f"{server.url}/process.Process/Start", content=envelope(start), headers=headers
+    ) as response:
+        got = list(frames(response))
+    assert got[1] == (0, {"event": {"data": {"stdout": base64.b64encode(b"line 0\n").decode()}}})
+    waiting = {"process": {"cmd": "/bin/bash", "args": ["-c", "wait"]}}
+    with httpx.stream(
+        "POST", f"{server.url}/process.Process/Start", content=envelope(waiting), headers=headers
+    ) as response:
+        last = list(frames(response))[-1]
+    assert last[0] == 2 and last[1]["error"]["code"] == "deadline_exceeded"
+
+
+def test_routing_and_errors(server: ServerThread, sandbox: tuple[str, str]) -> None:
+    sandbox_id, token = sandbox
+    stat = f"{server.url}/filesystem.Filesystem/Stat"
+    by_host = httpx.post(
+        stat,
+        json={"path": "/nope"},
+        headers={"Host": f"49983-{sandbox_id}.space.test", "X-Access-Token": token},
+    )
+    assert by_host.status_code == 404
+    assert by_host.json() == {"code": "not_found", "message": "/nope: No such file or directory"}
+    other = httpx.post(
+        stat, json={"path": "/"}, headers={"E2b-Sandbox-Id": "sbother", "X-Access-Token": token}
+    )
+    assert other.status_code == 401 and other.json()["code"] == "unauthenticated"
+    missing = httpx.post(stat, json={"path": "/"}, headers={"E2b-Sandbox-Id": sandbox_id})
+    assert missing.status_code == 401
+    files = httpx.get(
+        f"{server.url}/files", params={"path": "/x"}, headers={"X-Access-Token": token}
+    )
+    assert (files.status_code, files.json()["code"]) == (404, 404)
+    rest = httpx.get(f"{server.url}/sandboxes/sbnope", headers={"X-API-KEY": "sk_bad"})
+    assert rest.status_code == 401 and rest.json()["code"] == 401
+    assert httpx.get(f"{server.url}/health", headers={"X-Access-Token": token}).status_code == 204
