@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PositiveInt, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Accel = Literal["auto", "kvm", "tcg"]
@@ -31,7 +31,11 @@ class ServerConfig(BaseSettings):
 
 
 class TimeoutConfig(BaseSettings):
-    """Default deadlines in seconds (`SPACE_TIMEOUT_CREATE`, ...)."""
+    """Default deadlines in seconds (`SPACE_TIMEOUT_CREATE`, ...).
+
+    `idle` is the idle auto-suspend default; `SPACE_TIMEOUT_IDLE_BY_TEMPLATE`
+    (JSON, e.g. `{"base": 600}`) overrides it per template.
+    """
 
     model_config = SettingsConfigDict(env_prefix="SPACE_TIMEOUT_", extra="ignore")
 
@@ -39,15 +43,32 @@ class TimeoutConfig(BaseSettings):
     exec: float = Field(default=300.0, gt=0)
     node_call: float = Field(default=60.0, gt=0)
     idle: int = Field(default=6 * 3600, gt=0)
+    idle_by_template: dict[str, PositiveInt] = Field(default_factory=dict)
+
+    def idle_for(self, template: str) -> int:
+        return self.idle_by_template.get(template, self.idle)
 
 
 class ControllerConfig(BaseSettings):
-    """Reconciler cadence (`SPACE_CONTROLLER_RECONCILE_INTERVAL`, ...)."""
+    """Reconciler and expiry-sweep cadence (`SPACE_CONTROLLER_RECONCILE_INTERVAL`,
+    `SPACE_CONTROLLER_EXPIRY_INTERVAL`, ...)."""
 
     model_config = SettingsConfigDict(env_prefix="SPACE_CONTROLLER_", extra="ignore")
 
     reconcile_interval: float = Field(default=5.0, gt=0)
     restart_backoff: float = Field(default=1.0, gt=0)
+    expiry_interval: float = Field(default=1.0, gt=0)
+
+
+class GatewayConfig(BaseSettings):
+    """The egress gateway: `SPACE_GATEWAY_RESOLVER` (host[:port] of the upstream DNS
+    resolver; default: the host's first IPv4 nameserver) and `SPACE_GATEWAY_CA_FILE`
+    (extra trust anchors for upstream certificates, e.g. a test internet's CA)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_GATEWAY_", extra="ignore")
+
+    resolver: str = Field(default="", pattern=r"^([0-9.]+(:[0-9]{1,5})?)?$")
+    ca_file: Path | None = None
 
 
 class NodeConfig(BaseSettings):
@@ -76,10 +97,12 @@ class Settings(BaseSettings):
     database_url: str = ""
     accel: Accel = "auto"
     bootstrap_key: str | None = None
+    auto_restore: bool = True
     server: ServerConfig = Field(default_factory=ServerConfig)
     timeouts: TimeoutConfig = Field(default_factory=TimeoutConfig)
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     node: NodeConfig = Field(default_factory=NodeConfig)
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

@@ -51,6 +51,17 @@ async def test_relative_or_dotdot_paths_are_400(
         }
 
 
+async def test_upload_to_a_directory_path_is_400(
+    client: httpx.AsyncClient, sandbox_id: str, fake_node: FakeNode
+) -> None:
+    url = f"/v1/sandboxes/{sandbox_id}/files"
+    response = await client.put(url, params={"path": "/root/"}, content=b"x")
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == "path"
+    assert "directory" in response.json()["error"]["message"]
+    assert fake_node.files == {}
+
+
 async def test_missing_path_and_missing_file(client: httpx.AsyncClient, sandbox_id: str) -> None:
     url = f"/v1/sandboxes/{sandbox_id}/files"
     missing_param = await client.get(url)

@@ -37,9 +37,6 @@ async def test_pause_resume_suspend_restore(power_client: httpx.AsyncClient) -> 
     sandbox_id = (await power_client.post("/v1/sandboxes", json={})).json()["id"]
     base = f"/v1/sandboxes/{sandbox_id}"
     assert (await power_client.post(f"{base}/pause")).json()["state"] == "paused"
-    paused_exec = await power_client.post(f"{base}/exec", json={"cmd": "true"})
-    assert paused_exec.status_code == 409
-    assert paused_exec.json()["error"]["code"] == "sandbox_not_running"
     assert (await power_client.post(f"{base}/resume")).json()["state"] == "running"
     suspended = (await power_client.post(f"{base}/suspend")).json()
     assert (suspended["state"], suspended["desired_state"]) == ("suspended", "suspended")

@@ -54,24 +54,27 @@ class FakeCommand:
             for i in range(int(args[0])):
                 yield ProcessEvent("stdout", f"line {i}\n".encode())
                 await asyncio.sleep(delay)
-            yield ProcessEvent("exit", exit_code=0)
+            yield self._exit(0)
         elif verb == "err":
             yield ProcessEvent("stderr", " ".join(args).encode())
-            yield ProcessEvent("exit", exit_code=3)
+            yield self._exit(3)
         elif verb == "cat":
             while (data := await self._stdin.get()) is not None:
                 yield ProcessEvent("stdout", data)
-            yield ProcessEvent("exit", exit_code=0)
+            yield self._exit(0)
         elif verb == "echo":
             yield ProcessEvent("stdout", " ".join(args).encode() + b"\n")
-            yield ProcessEvent("exit", exit_code=0)
+            yield self._exit(0)
         elif verb == "exit":
             yield ProcessEvent("stderr", b"failed\n")
-            yield ProcessEvent("exit", exit_code=int(args[0]))
+            yield self._exit(int(args[0]))
         else:
             signum = await self._signal
-            yield ProcessEvent("exit", exit_code=128 + signum)
+            yield self._exit(128 + signum)
+
+    def _exit(self, code: int) -> ProcessEvent:
         self.running = False
+        return ProcessEvent("exit", exit_code=code)
 
     async def write_stdin(self, data: bytes) -> None:
         await self._stdin.put(data)
@@ -272,8 +275,13 @@ class FakeNode:
             raise SandboxNotFound(sandbox_id)
 
 
+@dataclass
 class PowerNode(FakeNode):
-    """A fake that also implements the lifecycle methods."""
+    """A fake that also implements the lifecycle methods. A set `suspend_gate` holds
+    every suspend until the test sets it; `restored` lists the restores."""
+
+    suspend_gate: asyncio.Event | None = None
+    restored: list[str] = field(default_factory=list)
 
     async def pause_sandbox(self, sandbox_id: str) -> None:
         self._set(sandbox_id, "paused")
@@ -282,10 +290,13 @@ class PowerNode(FakeNode):
         self._set(sandbox_id, "running")
 
     async def suspend_sandbox(self, sandbox_id: str) -> None:
+        if self.suspend_gate is not None:
+            await self.suspend_gate.wait()
         self._require(sandbox_id)
         del self.vms[sandbox_id]
 
     async def restore_sandbox(self, sandbox_id: str) -> None:
+        self.restored.append(sandbox_id)
         self.vms[sandbox_id] = SandboxObservation(sandbox_id, "running", "base")
 
     def _set(self, sandbox_id: str, state: str) -> None:

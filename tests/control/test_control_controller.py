@@ -9,7 +9,7 @@ import pytest
 
 from space.config import ControllerConfig, Settings, TimeoutConfig
 from space.control.controller import Controller
-from space.node.client import SandboxObservation
+from space.node.client import SandboxObservation, SandboxSpec
 from space.store.db import Database, make_engine, upgrade
 from space.store.keys import KeyRepo
 from space.store.models import Sandbox
@@ -85,6 +85,38 @@ async def test_vm_created_before_the_crash_is_adopted(
     await controller.reconcile_once()
     assert load(store, sandbox_id).state == "running"
     assert fake_node.created == []
+
+
+async def test_leftover_of_a_create_cut_short_is_replaced(
+    controller: Controller, store: Database, fake_node: FakeNode
+) -> None:
+    """The node restarted holding the sandbox with no VM (it was never booted); like
+    `LocalNode`, it answers a create for an id it holds with what it holds."""
+    sandbox_id = insert(store)
+    fake_node.vms[sandbox_id] = SandboxObservation(sandbox_id, "stopped", "base", "no VM")
+    real_create = fake_node.create_sandbox
+
+    async def sticky(spec: SandboxSpec) -> SandboxObservation:
+        return fake_node.vms.get(spec.sandbox_id) or await real_create(spec)
+
+    fake_node.create_sandbox = sticky  # type: ignore[method-assign]
+    await controller.reconcile_once()
+    assert load(store, sandbox_id).state == "running"
+    assert (fake_node.destroyed, fake_node.created) == ([sandbox_id], [sandbox_id])
+
+
+async def test_create_the_node_does_not_report_running_fails_with_its_reason(
+    controller: Controller, store: Database, fake_node: FakeNode
+) -> None:
+    async def broken(spec: SandboxSpec) -> SandboxObservation:
+        return SandboxObservation(spec.sandbox_id, "error", spec.template, "VMM exited")
+
+    fake_node.create_sandbox = broken  # type: ignore[method-assign]
+    sandbox_id = insert(store)
+    await controller.ensure_created(sandbox_id)
+    row = load(store, sandbox_id)
+    assert row.state == "error"
+    assert row.reason == "create failed: the node reports state error: VMM exited"
 
 
 async def test_lost_vm_is_marked_error(controller: Controller, store: Database) -> None:

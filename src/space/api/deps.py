@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from space.api.errors import ApiError
 from space.api.state import AppState
+from space.control.wake import wake
 from space.store.keys import KeyRepo, Principal
 from space.store.models import Sandbox
 from space.store.sandboxes import SandboxRepo
@@ -47,19 +48,29 @@ def _principal(request: Request, state: StateDep) -> Principal:
 PrincipalDep = Annotated[Principal, Depends(_principal)]
 
 
-def _sandbox(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Sandbox:
-    """The caller's sandbox (another org's is a 404), with its activity recorded."""
+def _sandbox(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Iterator[Sandbox]:
+    """The caller's sandbox (another org's is a 404). The call is activity (idle
+    auto-suspend): recorded when it starts and when it ends (after a streamed
+    response), and held in `state.activity` while it runs."""
     with state.db.session() as session:
         repo = SandboxRepo(session)
         sandbox = repo.get(sandbox_id, org_id=principal.org_id)
         repo.touch(sandbox.id)
-    return sandbox
+    try:
+        with state.activity.hold(sandbox.id):
+            yield sandbox
+    finally:
+        with state.db.session() as session:
+            SandboxRepo(session).touch(sandbox.id)
 
 
 SandboxDep = Annotated[Sandbox, Depends(_sandbox)]
 
 
-def require_running(sandbox: Sandbox) -> None:
-    """Data-plane calls need a running sandbox; anything else is a 409."""
+async def require_running(state: AppState, sandbox: Sandbox) -> None:
+    """Data-plane calls need a running sandbox. With `SPACE_AUTO_RESTORE` (the default)
+    a suspended one is restored and a paused one resumed first; anything else is a 409."""
+    if state.settings.auto_restore and sandbox.state != SandboxState.RUNNING.value:
+        sandbox = await wake(state.db, state.node, sandbox, timeout=state.settings.timeouts.create)
     if sandbox.state != SandboxState.RUNNING.value:
         raise ApiError(409, "sandbox_not_running", f"sandbox {sandbox.id} is {sandbox.state}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,6 +17,9 @@ class CreateSandbox(Strict):
         default="base", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
     )
     timeout: int | None = Field(default=None, gt=0, description="absolute lifetime, seconds")
+    on_timeout: Literal["kill", "suspend"] = Field(
+        default="kill", description="what happens at the `timeout` deadline"
+    )
     idle_timeout: int | None = Field(default=None, gt=0, description="idle suspend, seconds")
     env: dict[str, str] = Field(default_factory=dict)
     metadata: dict[str, str] = Field(default_factory=dict)
@@ -31,9 +34,15 @@ class SandboxOut(BaseModel):
     reason: str | None
     metadata: dict[str, str]
     timeout: int | None
+    on_timeout: str
+    expires_at: datetime | None
     idle_timeout: int
     created_at: datetime
     last_activity_at: datetime
+
+
+class TimeoutBody(Strict):
+    timeout: int = Field(gt=0, description="the sandbox's deadline becomes now + this, seconds")
 
 
 class SandboxList(BaseModel):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from space.api.hub import CommandHub
 from space.config import Settings
 from space.control.errors import NodeUnavailable
+from space.control.expiry import Activity
 from space.control.waiter import Lifecycle
 from space.node.client import NodeClient
 from space.store.db import Database
@@ -19,6 +20,7 @@ class AppState:
     node_client: NodeClient | None
     lifecycle: Lifecycle
     hub: CommandHub | None
+    activity: Activity = field(default_factory=Activity)
 
     @property
     def node(self) -> NodeClient:

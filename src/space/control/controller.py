@@ -13,9 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from space.config import ControllerConfig, TimeoutConfig
+from space.control.errors import NodeFailed
+from space.control.expiry import Activity, Expiry
 from space.control.plan import Action, RowSnapshot, Verb, plan
 from space.control.tasks import TaskSet, run_periodically
-from space.node.client import NodeClient, SandboxSpec
+from space.node.client import NodeClient, SandboxObservation, SandboxSpec
 from space.store.db import Database
 from space.store.errors import NotFound, StaleGeneration
 from space.store.models import Sandbox
@@ -33,6 +35,7 @@ class Controller:
         node: NodeClient,
         timeouts: TimeoutConfig,
         config: ControllerConfig,
+        activity: Activity | None = None,
     ) -> None:
         self._db = db
         self._node = node
@@ -40,6 +43,13 @@ class Controller:
         self._config = config
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._tasks = TaskSet()
+        self.expiry = Expiry(
+            db=db,
+            node=node,
+            activity=activity or Activity(),
+            delete=self.ensure_deleted,
+            timeout=timeouts.create,
+        )
 
     # -- entry points -----------------------------------------------------------
 
@@ -66,13 +76,22 @@ class Controller:
                 log.exception("reconcile: %s %s failed", action.verb, action.sandbox_id)
 
     def start(self) -> None:
-        """Run the reconciler in the background (first pass immediately)."""
+        """Run the reconciler and the expiry sweep in the background (first passes now)."""
         self._tasks.spawn(
             "space-reconciler",
             run_periodically(
                 "reconciler",
                 self.reconcile_once,
                 interval=self._config.reconcile_interval,
+                backoff=self._config.restart_backoff,
+            ),
+        )
+        self._tasks.spawn(
+            "space-expiry",
+            run_periodically(
+                "expiry",
+                self.expiry.sweep,
+                interval=self._config.expiry_interval,
                 backoff=self._config.restart_backoff,
             ),
         )
@@ -114,17 +133,33 @@ class Controller:
             row = SandboxRepo(session).get(sandbox_id)
             if row.state != SandboxState.CREATING.value:
                 return
-            spec = SandboxSpec(sandbox_id=row.id, template=row.template, env=dict(row.env))
+            spec = SandboxSpec(
+                sandbox_id=row.id,
+                template=row.template,
+                env=dict(row.env),
+                network=dict(row.network) if row.network is not None else None,
+            )
             generation = row.generation
         try:
             async with asyncio.timeout(self._timeouts.create):
-                await self._node.create_sandbox(spec)
+                await self._clear_leftover(sandbox_id)
+                observed = await self._node.create_sandbox(spec)
+            if observed.state != "running":
+                raise NodeFailed(_node_says(observed))
         except Exception as exc:
             reason = f"create failed: {_describe(exc)}"
             log.warning("sandbox %s: %s", sandbox_id, reason)
             self._transition(sandbox_id, generation, SandboxState.ERROR, reason)
             return
         self._transition(sandbox_id, generation, SandboxState.RUNNING, None)
+
+    async def _clear_leftover(self, sandbox_id: str) -> None:
+        """A create interrupted by a crash can leave the node holding the sandbox with
+        no live VM (`stopped`, `error`); remove that so the create starts clean."""
+        for obs in await self._node.observe():
+            if obs.sandbox_id == sandbox_id and obs.state in ("stopped", "error"):
+                log.info("sandbox %s: removing the node's %s leftover", sandbox_id, obs.state)
+                await self._node.destroy_sandbox(sandbox_id)
 
     async def _finish_delete(self, sandbox_id: str) -> None:
         with self._db.session() as session:
@@ -164,7 +199,13 @@ def _snapshot(row: Sandbox) -> RowSnapshot:
     return RowSnapshot(sandbox_id=row.id, state=row.state, generation=row.generation)
 
 
+def _node_says(obs: SandboxObservation) -> str:
+    return f"the node reports state {obs.state}: {obs.reason or 'no reason given'}"
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out waiting for the node"
+    if isinstance(exc, NodeFailed):
+        return exc.reason
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

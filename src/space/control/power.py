@@ -2,7 +2,8 @@
 
 Each operation calls the node method of the same name when the node has it
 (`pause_sandbox`, ...) and raises `NotSupported` otherwise, before touching the
-row. A node failure moves the sandbox to `error` with the reason.
+row. A node failure moves the sandbox to `error` with the reason. An expiry
+passes `due`, re-checked by the move into the intermediate state (suspend).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from space.control.errors import NodeFailed, NotSupported
 from space.node.client import NodeClient
 from space.store.db import Database
 from space.store.models import Sandbox
-from space.store.sandboxes import SandboxRepo
+from space.store.sandboxes import SandboxRepo, StillDue
 from space.store.states import DesiredState, SandboxState, check_transition
 
 PowerOp = Literal["pause", "resume", "suspend", "restore"]
@@ -41,7 +42,13 @@ STEPS: dict[PowerOp, _Step] = {
 
 
 async def apply_power(
-    db: Database, node: NodeClient, sandbox: Sandbox, op: PowerOp, *, timeout: float
+    db: Database,
+    node: NodeClient,
+    sandbox: Sandbox,
+    op: PowerOp,
+    *,
+    timeout: float,
+    due: StillDue | None = None,
 ) -> Sandbox:
     """Run `op` on the node and record the outcome; returns the updated row."""
     step = STEPS[op]
@@ -52,7 +59,7 @@ async def apply_power(
     if step.via is None:
         check_transition(sandbox.id, sandbox.state, step.target)
     else:
-        generation = _move(db, sandbox.id, generation, step.via, step.desired).generation
+        generation = _move(db, sandbox.id, generation, step.via, step.desired, due=due).generation
     try:
         async with asyncio.timeout(timeout):
             await call(sandbox.id)
@@ -70,8 +77,15 @@ def _move(
     to: SandboxState,
     desired: DesiredState | None,
     reason: str | None = None,
+    *,
+    due: StillDue | None = None,
 ) -> Sandbox:
     with db.session() as session:
         return SandboxRepo(session).transition(
-            sandbox_id, expected_generation=generation, to=to, desired=desired, reason=reason
+            sandbox_id,
+            expected_generation=generation,
+            to=to,
+            desired=desired,
+            reason=reason,
+            due=due,
         )

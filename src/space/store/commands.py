@@ -42,6 +42,11 @@ class CommandRepo:
             raise NotFound("command", command_id)
         return row
 
+    def running_sandbox_ids(self) -> set[str]:
+        """Sandboxes with a command still running (never idle)."""
+        query = select(Command.sandbox_id).where(Command.state == CommandState.RUNNING.value)
+        return set(self.session.scalars(query))
+
     def finish(self, command_id: str, exit_code: int | None) -> None:
         """Record the exit; without an exit code the process was lost."""
         state = CommandState.LOST if exit_code is None else CommandState.EXITED

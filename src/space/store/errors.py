@@ -3,7 +3,8 @@
 StoreError
  ├── NotFound            the row does not exist (or is not visible to the caller)
  ├── InvalidTransition   the state machine forbids the requested change   (409)
- └── StaleGeneration     the row changed since the caller read it         (409)
+ ├── StaleGeneration     the row changed since the caller read it         (409)
+ └── NoLongerDue         an expiry lost to activity or a new deadline (never reaches the API)
 """
 
 from __future__ import annotations
@@ -34,3 +35,9 @@ class StaleGeneration(StoreError):
         self.sandbox_id = sandbox_id
         self.expected = expected
         self.actual = actual
+
+
+class NoLongerDue(StoreError):
+    def __init__(self, sandbox_id: str) -> None:
+        super().__init__(f"sandbox {sandbox_id} was used or got a new deadline; not expiring it")
+        self.sandbox_id = sandbox_id

@@ -91,6 +91,7 @@ class Sandbox(Base):
     network: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     timeout_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
     idle_timeout_seconds: Mapped[int] = mapped_column(Integer)
+    on_timeout: Mapped[str] = mapped_column(String(16), default="kill")
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from space.store.errors import NotFound, StaleGeneration
+from space.store.errors import NoLongerDue, NotFound, StaleGeneration
 from space.store.keys import new_id
 from space.store.models import Sandbox, utcnow
 from space.store.states import DesiredState, SandboxState, check_transition
@@ -22,6 +23,33 @@ class NewSandbox:
     env: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     network: dict[str, Any] | None = None
+    on_timeout: str = "kill"
+
+
+@dataclass(frozen=True)
+class StillDue:
+    """What an expiry re-checks in the same UPDATE as its transition, so a call or a
+    new deadline that lands after the decision wins over the expiry."""
+
+    idle_since: datetime | None = None  # no activity and no change after this instant
+    timeout_seconds: int | None = None  # the lifetime it expired with is unchanged
+
+    def holds(self, row: Sandbox) -> bool:
+        last_seen = max(row.last_activity_at, row.updated_at)
+        if self.idle_since is not None and last_seen > self.idle_since:
+            return False
+        return self.timeout_seconds is None or row.timeout_seconds == self.timeout_seconds
+
+    def where(self) -> list[Any]:
+        conditions: list[Any] = []
+        if self.idle_since is not None:
+            conditions += [
+                Sandbox.last_activity_at <= self.idle_since,
+                Sandbox.updated_at <= self.idle_since,
+            ]
+        if self.timeout_seconds is not None:
+            conditions.append(Sandbox.timeout_seconds == self.timeout_seconds)
+        return conditions
 
 
 class SandboxRepo:
@@ -43,6 +71,7 @@ class SandboxRepo:
             network=new.network,
             timeout_seconds=new.timeout_seconds,
             idle_timeout_seconds=new.idle_timeout_seconds,
+            on_timeout=new.on_timeout,
         )
         self.session.add(row)
         self.session.flush()
@@ -67,6 +96,11 @@ class SandboxRepo:
         )
         return list(self.session.scalars(query))
 
+    def list_in(self, states: frozenset[SandboxState]) -> list[Sandbox]:
+        """Every sandbox in one of `states` (for the expiry sweep)."""
+        query = select(Sandbox).where(Sandbox.state.in_([state.value for state in states]))
+        return list(self.session.scalars(query.execution_options(populate_existing=True)))
+
     def list_live(self) -> list[Sandbox]:
         """Every sandbox not yet deleted, for the reconciler."""
         query = select(Sandbox).where(Sandbox.state != SandboxState.DELETED.value)
@@ -89,14 +123,18 @@ class SandboxRepo:
         to: SandboxState,
         desired: DesiredState | None = None,
         reason: str | None = None,
+        due: StillDue | None = None,
     ) -> Sandbox:
-        """Move to `to` if the table allows it and nobody changed the row meanwhile."""
+        """Move to `to` if the table allows it and nobody changed the row meanwhile
+        (and, for an expiry, `due` still holds: else `NoLongerDue`)."""
         row = self.session.get(Sandbox, sandbox_id, populate_existing=True)
         if row is None:
             raise NotFound("sandbox", sandbox_id)
         if row.generation != expected_generation:
             raise StaleGeneration(sandbox_id, expected_generation, row.generation)
         check_transition(sandbox_id, row.state, to)
+        if due is not None and not due.holds(row):
+            raise NoLongerDue(sandbox_id)
         values: dict[str, Any] = {
             "state": to.value,
             "generation": expected_generation + 1,
@@ -107,7 +145,11 @@ class SandboxRepo:
             values["desired_state"] = desired.value
         result = self.session.execute(
             update(Sandbox)
-            .where(Sandbox.id == sandbox_id, Sandbox.generation == expected_generation)
+            .where(
+                Sandbox.id == sandbox_id,
+                Sandbox.generation == expected_generation,
+                *(due.where() if due is not None else ()),
+            )
             .values(**values)
             .execution_options(synchronize_session=False)
         )
@@ -122,6 +164,16 @@ class SandboxRepo:
             update(Sandbox)
             .where(Sandbox.id == sandbox_id)
             .values(last_activity_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+
+    def set_timeout(self, sandbox_id: str, timeout_seconds: int | None) -> None:
+        """Change the absolute lifetime (seconds after `created_at`). Not a state
+        mutation: no generation bump."""
+        self.session.execute(
+            update(Sandbox)
+            .where(Sandbox.id == sandbox_id)
+            .values(timeout_seconds=timeout_seconds, updated_at=utcnow())
             .execution_options(synchronize_session=False)
         )
 

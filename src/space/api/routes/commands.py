@@ -43,7 +43,7 @@ async def exec_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) -> 
     """Run a command to completion and return its output."""
     timeout = body.timeout or state.settings.timeouts.exec
     request = replace(to_request(body), timeout=timeout)
-    require_running(sandbox)
+    await require_running(state, sandbox)
     limit = timeout + EXEC_GRACE_SECONDS
     try:
         async with asyncio.timeout(limit):
@@ -61,7 +61,7 @@ async def exec_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) -> 
 async def start_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) -> CommandCreated:
     """Start a background command; follow it with `GET .../commands/{cid}/events`."""
     request = to_request(body)
-    require_running(sandbox)
+    await require_running(state, sandbox)
     argv: dict[str, Any] = {"cmd": body.cmd} if body.cmd is not None else {"args": body.args}
     command_id = await state.commands.start(sandbox.id, request, argv)
     return CommandCreated(id=command_id)

@@ -64,11 +64,13 @@ async def write_file(
 ) -> None:
     """Write the raw request body to `path` (created or replaced)."""
     checked_path(path)
+    if path.endswith("/"):
+        raise ApiError(400, "invalid_path", "path must name a file, not a directory", "path")
     limit = state.settings.server.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "payload_too_large", f"body exceeds {limit} bytes")
-    require_running(sandbox)
+    await require_running(state, sandbox)
     try:
         await state.node.write_file(sandbox.id, path, _limited(request, limit))
     except OSError as exc:
@@ -83,7 +85,7 @@ async def write_file(
 async def read_file(path: PathQuery, sandbox: SandboxDep, state: StateDep) -> StreamingResponse:
     """The file's bytes; errors are reported before the first byte is sent."""
     checked_path(path)
-    require_running(sandbox)
+    await require_running(state, sandbox)
     chunks = state.node.read_file(sandbox.id, path)
     try:
         first = await anext(chunks, b"")

@@ -1,13 +1,20 @@
-"""`POST /v1/sandboxes/{id}/pause|resume|suspend|restore`."""
+"""`POST /v1/sandboxes/{id}/pause|resume|suspend|restore`, and `.../timeout`."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from fastapi import APIRouter
 
 from space.api.deps import SandboxDep, StateDep
 from space.api.routes.sandboxes import to_out
-from space.api.schemas import SandboxOut
+from space.api.schemas import SandboxOut, TimeoutBody
+from space.control.expiry import lifetime_until
 from space.control.power import PowerOp, apply_power
+from space.store.errors import InvalidTransition
+from space.store.models import utcnow
+from space.store.sandboxes import SandboxRepo
+from space.store.states import SandboxState
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["lifecycle"])
 
@@ -39,3 +46,15 @@ async def suspend(sandbox: SandboxDep, state: StateDep) -> SandboxOut:
 @router.post("/restore")
 async def restore(sandbox: SandboxDep, state: StateDep) -> SandboxOut:
     return await _power(state, sandbox, "restore")
+
+
+@router.post("/timeout")
+async def set_timeout(body: TimeoutBody, sandbox: SandboxDep, state: StateDep) -> SandboxOut:
+    """Reset the absolute deadline to `timeout` seconds from now (earlier or later)."""
+    if sandbox.state == SandboxState.DELETING.value:
+        raise InvalidTransition(sandbox.id, sandbox.state, "a new deadline")
+    lifetime = lifetime_until(sandbox, utcnow() + timedelta(seconds=body.timeout))
+    with state.db.session() as session:
+        repo = SandboxRepo(session)
+        repo.set_timeout(sandbox.id, lifetime)
+        return to_out(repo.get(sandbox.id))

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Response
 from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep
 from space.api.errors import ApiError
 from space.api.schemas import CreateSandbox, SandboxList, SandboxOut
+from space.control.expiry import expires_at
 from space.store.models import Sandbox
 from space.store.sandboxes import NewSandbox, SandboxRepo
 from space.store.states import DesiredState, SandboxState
@@ -23,6 +24,8 @@ def to_out(row: Sandbox) -> SandboxOut:
         reason=row.reason,
         metadata=row.meta,
         timeout=row.timeout_seconds,
+        on_timeout=row.on_timeout,
+        expires_at=expires_at(row),
         idle_timeout=row.idle_timeout_seconds,
         created_at=row.created_at,
         last_activity_at=row.last_activity_at,
@@ -44,8 +47,9 @@ async def create_sandbox(
         )
     new = NewSandbox(
         template=body.template,
-        idle_timeout_seconds=body.idle_timeout or state.settings.timeouts.idle,
+        idle_timeout_seconds=body.idle_timeout or state.settings.timeouts.idle_for(body.template),
         timeout_seconds=body.timeout,
+        on_timeout=body.on_timeout,
         env=body.env,
         metadata=body.metadata,
         network=body.network,
