@@ -282,6 +282,7 @@ class PowerNode(FakeNode):
 
     suspend_gate: asyncio.Event | None = None
     restored: list[str] = field(default_factory=list)
+    fail_suspend: bool = False  # like a real node: the suspend fails, the VM keeps running
 
     async def pause_sandbox(self, sandbox_id: str) -> None:
         self._set(sandbox_id, "paused")
@@ -293,6 +294,8 @@ class PowerNode(FakeNode):
         if self.suspend_gate is not None:
             await self.suspend_gate.wait()
         self._require(sandbox_id)
+        if self.fail_suspend:
+            raise RuntimeError("snapshot disk full")
         del self.vms[sandbox_id]
 
     async def restore_sandbox(self, sandbox_id: str) -> None:

@@ -18,7 +18,7 @@ from space.node.client import NodeClient
 from space.store.db import Database
 from space.store.models import Sandbox
 from space.store.sandboxes import SandboxRepo, StillDue
-from space.store.states import DesiredState, SandboxState, check_transition
+from space.store.states import ALLOWED_TRANSITIONS, DesiredState, SandboxState, check_transition
 
 PowerOp = Literal["pause", "resume", "suspend", "restore"]
 
@@ -65,9 +65,39 @@ async def apply_power(
             await call(sandbox.id)
     except Exception as exc:
         reason = f"{op} failed: {type(exc).__name__}: {exc}"
-        _move(db, sandbox.id, generation, S.ERROR, None, reason)
+        kept = await _kept_state(node, sandbox.id, step.via)
+        desired = _DESIRED[kept] if kept is not None else None
+        _move(db, sandbox.id, generation, kept or S.ERROR, desired, reason)
         raise NodeFailed(reason) from exc
     return _move(db, sandbox.id, generation, step.target, step.desired)
+
+
+_KEPT = {"running": S.RUNNING, "paused": S.PAUSED, "suspended": S.SUSPENDED}
+_DESIRED = {
+    S.RUNNING: DesiredState.RUNNING,
+    S.PAUSED: DesiredState.PAUSED,
+    S.SUSPENDED: DesiredState.SUSPENDED,
+}
+
+
+async def _kept_state(
+    node: NodeClient, sandbox_id: str, via: SandboxState | None
+) -> SandboxState | None:
+    """What the node kept after a failed operation, if the row may go back to it.
+
+    A failed suspend leaves the VM running (or its previous snapshot); a failed
+    restore leaves the snapshot. Marking those `error` would let the reconciler
+    destroy a sandbox that is still whole.
+    """
+    if via is None:
+        return None
+    try:
+        observed = {o.sandbox_id: o.state for o in await node.observe()}.get(sandbox_id)
+    except Exception:
+        return None
+    kept = _KEPT.get(observed or "")
+    allowed = kept is not None and kept in ALLOWED_TRANSITIONS[via]
+    return kept if allowed else None
 
 
 def _move(
