@@ -84,6 +84,7 @@ async def _serve_with_node(settings: Settings) -> None:
 
 def _local_node(settings: Settings) -> LocalNode:
     from space.node.local import LocalNode
+    from space.node.network.egress import EgressConfig
     from space.node.templates import StderrProgress
 
     return LocalNode(
@@ -96,6 +97,7 @@ def _local_node(settings: Settings) -> LocalNode:
         progress=StderrProgress(),
         base_snapshots=settings.node.base_snapshots,
         warm_pools=settings.node.warm_pool,
+        egress=EgressConfig(settings.gateway.resolver, settings.gateway.ca_file),
     )
 
 
@@ -120,7 +122,6 @@ def cmd_controller(args: argparse.Namespace) -> int:
 async def _run_controller(settings: Settings) -> None:
     from space.api.bootstrap import open_database
     from space.control.controller import Controller
-    from space.control.tasks import run_periodically
 
     db = open_database(settings)
     node = _local_node(settings)
@@ -129,14 +130,11 @@ async def _run_controller(settings: Settings) -> None:
         db=db, node=node, timeouts=settings.timeouts, config=settings.controller
     )
     err(f"space controller reconciling {settings.database_url.split('@')[-1]}")
+    controller.start()  # the reconciler and the idle/timeout sweep
     try:
-        await run_periodically(
-            "reconciler",
-            controller.reconcile_once,
-            interval=settings.controller.reconcile_interval,
-            backoff=settings.controller.restart_backoff,
-        )
+        await asyncio.Event().wait()
     finally:
+        await controller.aclose()
         await node.close()
         db.dispose()
 
