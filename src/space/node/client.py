@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from space.node.agent.models import FileInfo, ProcessInfo, WatchEvent
@@ -27,6 +27,7 @@ class SandboxSpec:
     memory_mib: int = 256
     vcpus: int = 1
     env: dict[str, str] = field(default_factory=dict)
+    network: dict[str, Any] | None = None  # egress policy (space.gateway.policy); None: mode none
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,10 @@ class NodeClient(Protocol):
     async def suspend_sandbox(self, sandbox_id: str) -> None: ...
 
     async def restore_sandbox(self, sandbox_id: str) -> None: ...
+
+    async def set_network_policy(self, sandbox_id: str, policy: dict[str, Any] | None) -> None:
+        """Apply a new egress policy version to a running sandbox (open connections too)."""
+        ...
 
     # -- file system and processes beyond whole-file I/O (the E2B front uses these) --
 

@@ -16,6 +16,7 @@ import shutil
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
+from typing import Any
 
 from space.node.agent import AgentClient, AgentError
 from space.node.agentops import AgentOpsMixin
@@ -36,6 +37,7 @@ from space.node.errors import (
 )
 from space.node.fileerrors import as_oserror
 from space.node.images import TemplateImporter
+from space.node.network.egress import Egress, EgressConfig
 from space.node.network.netns import NetworkManager, SandboxNetwork
 from space.node.records import RecordStore, SandboxRecord, check_sandbox_id
 from space.node.sandbox import AGENT_TIMEOUT, Sandbox
@@ -59,6 +61,7 @@ from space.node.warm import WarmPools
 log = logging.getLogger(__name__)
 
 DEFAULT_TEMPLATE = "base"
+BASE_LAYOUT = 2  # bump when what a base snapshot holds changes
 WARM_MEMORY_MIB = 256
 WARM_VCPUS = 1
 
@@ -78,6 +81,7 @@ class LocalNode(AgentOpsMixin):
         progress: Progress | None = None,
         base_snapshots: bool = True,
         warm_pools: dict[str, int] | None = None,
+        egress: EgressConfig | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.cache_dir = cache_dir
@@ -85,6 +89,7 @@ class LocalNode(AgentOpsMixin):
         self._accel = accel
         self._pool_size = pool_size
         self._net = NetworkManager(net_prefix)
+        self._egress = Egress(egress, name=net_prefix)
         self._sandboxes: dict[str, Sandbox] = {}
         self._driver: VmmDriver | None = None
         self._guest: GuestArtifacts | None = None
@@ -124,6 +129,7 @@ class LocalNode(AgentOpsMixin):
             if sandbox.vm is not None:
                 await self._ready_driver().release(sandbox.vm)
         self._sandboxes.clear()
+        await self._egress.close()
 
     async def destroy_all(self) -> None:
         await self._stop_refill()
@@ -153,12 +159,16 @@ class LocalNode(AgentOpsMixin):
         try:
             base = await self._base_snapshot(image, record) if self._use_bases else None
             network = await asyncio.to_thread(self._net.create, record.slot)
+            await self._egress.attach(
+                record.slot, network, spec.network, sandbox_id=spec.sandbox_id
+            )
             if base is None:
                 template_disk = await importer.pooled(image.rootfs, image.digest)
                 await importer.clone_disk(template_disk, records.disk(record.slot))
                 await self._boot(sandbox, network)
             else:
                 await self._restore(sandbox, network, base)
+            await self._egress.trust(record.slot, self._agent(spec.sandbox_id))
         except BaseException as exc:
             sandbox.state, sandbox.reason = "error", f"create failed: {exc}"
             await self.destroy_sandbox(spec.sandbox_id)
@@ -253,8 +263,12 @@ class LocalNode(AgentOpsMixin):
         if snapshot is None:
             raise SnapshotMissing(sandbox_id)
         network = await asyncio.to_thread(self._net.create, sandbox.record.slot)
+        await self._egress.reattach(sandbox.record.slot, network)
         await self._restore(sandbox, network, snapshot)
         self._save(sandbox, sandbox.record.with_power())
+
+    async def set_network_policy(self, sandbox_id: str, policy: dict[str, Any] | None) -> None:
+        await self._egress.set_policy(self.sandbox(sandbox_id).record.slot, policy)
 
     async def templates(self) -> list[str]:
         """Names of the templates this node can run."""
@@ -297,6 +311,11 @@ class LocalNode(AgentOpsMixin):
         self._sandboxes[spec.sandbox_id] = entry
         try:
             await entry.personalise()
+            network = SandboxNetwork(self._net.netns_name(entry.record.slot))
+            await self._egress.attach(
+                entry.record.slot, network, spec.network, sandbox_id=spec.sandbox_id
+            )
+            await self._egress.trust(entry.record.slot, self._agent(spec.sandbox_id))
         except BaseException:
             await self.destroy_sandbox(spec.sandbox_id)
             raise
@@ -342,7 +361,7 @@ class LocalNode(AgentOpsMixin):
         """The template's base snapshot (a booted VM with its agent ready), made once."""
         guest = self._ready_guest()
         key = (
-            f"base-{image.name}-{image.digest[:12]}-{guest.digest[:12]}"
+            f"base{BASE_LAYOUT}-{image.name}-{image.digest[:12]}-{guest.digest[:12]}"
             f"-{record.memory_mib}m{record.vcpus}c"
         )
         async with self._bases_lock:
@@ -358,11 +377,17 @@ class LocalNode(AgentOpsMixin):
         record = dataclasses.replace(template, sandbox_id=vm_id, slot=vm_id, env={})
         self._scratch.mkdir(parents=True, exist_ok=True)
         disk = self._scratch / f"{vm_id}.ext4"
+        memory = self._scratch / f"{vm_id}.memory"
         log.info("building base snapshot %s", key)
         network = await asyncio.to_thread(self._net.create, vm_id)
         try:
             await importer.clone_disk(await importer.pooled(image.rootfs, image.digest), disk)
-            config = dataclasses.replace(self._vm_config(record, network), root_disk=disk)
+            config = dataclasses.replace(
+                self._vm_config(record, network),
+                root_disk=disk,
+                memory_file=memory,
+                memory_shared=True,
+            )
             vm = await snapshotter.driver.boot(config)
             try:
                 agent = await AgentClient.connect(config.agent_socket, timeout=AGENT_TIMEOUT)
@@ -374,6 +399,7 @@ class LocalNode(AgentOpsMixin):
             await asyncio.to_thread(self._net.delete, vm_id)
             shutil.rmtree(self.run_dir / vm_id, ignore_errors=True)
             disk.unlink(missing_ok=True)
+            memory.unlink(missing_ok=True)
 
     def _vm_config(
         self, record: SandboxRecord, network: SandboxNetwork, boot: BootFiles | None = None
@@ -409,6 +435,7 @@ class LocalNode(AgentOpsMixin):
             vm = await driver.adopt(self._vm_config(record, SandboxNetwork("")))
         if vm is not None:
             await driver.stop(vm)
+        await self._egress.detach(slot)
         await asyncio.to_thread(self._net.delete, slot)
         shutil.rmtree(self.run_dir / slot, ignore_errors=True)
         self._ready_snapshotter().store.remove(slot)
@@ -449,6 +476,7 @@ class LocalNode(AgentOpsMixin):
         await snapshotter.driver.resume(vm)  # finishes an interrupted suspend, if any
         try:
             await sandbox.connect_agent(timeout=10.0)
+            await sandbox.personalise()  # a claim cut short by a crash was never personalised
             sandbox.state = "running"
         except AgentError as exc:
             sandbox.state, sandbox.reason = "error", f"agent did not answer after adoption: {exc}"

@@ -1,0 +1,217 @@
+"""The HTTP/1.1 side of a guest connection (plain on port 80, or inside TLS on 443).
+
+Each request is checked (`checks`), decided (`policy.decide` with the current
+policy, so a policy change applies to the next request on a kept-alive connection),
+audited, and re-framed to an upstream exchange; the upstream connection is reused
+while the host stays the same. A WebSocket handshake that the policy allows and the
+upstream accepts turns the connection into a byte relay after the 101.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import h11
+
+from space.gateway.audit import request_record
+from space.gateway.checks import Checked, Refused, check_request
+from space.gateway.exchange import IO_TIMEOUT, READ_SIZE, UpstreamExchange, response_headers
+from space.gateway.policy import Request, decide
+from space.gateway.relay import relay
+from space.gateway.sandbox import SandboxGate
+from space.gateway.upstream import UpstreamError, Upstreams
+
+IDLE_TIMEOUT = 120.0
+
+
+class Http1Session:
+    def __init__(
+        self,
+        gate: SandboxGate,
+        upstreams: Upstreams,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        sni: str | None,
+        port: int,
+    ) -> None:
+        self._gate = gate
+        self._upstreams = upstreams
+        self._reader = reader
+        self._writer = writer
+        self._sni = sni
+        self._port = port
+        self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+        self._upstream: UpstreamExchange | None = None
+        self.request: Request | None = None
+        self._busy = False
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def abort(self) -> None:
+        self._writer.transport.abort()
+
+    async def run(self) -> None:
+        self._gate.connections.add(self)
+        try:
+            while await self._serve_one():
+                self._conn.start_next_cycle()
+        except h11.RemoteProtocolError as exc:
+            await self._refuse(exc.error_status_hint, str(exc))
+        except (OSError, TimeoutError, h11.ProtocolError, UpstreamError):
+            pass
+        finally:
+            self._gate.connections.discard(self)
+            if self._upstream is not None:
+                self._upstream.close()
+            self._writer.close()
+
+    async def _serve_one(self) -> bool:
+        """Serve one request; False when the connection must end."""
+        event = await self._next(IDLE_TIMEOUT)
+        if not isinstance(event, h11.Request):
+            return False
+        self._busy = True
+        admitted = await self._admit(event)
+        if admitted is None:
+            return False
+        upstream, checked = admitted
+        self.request = checked.request
+        chunked = any(name == b"transfer-encoding" for name, _ in event.headers)
+        keep = await self._forward(upstream, checked, chunked)
+        self._busy = False
+        return keep and self._conn.our_state is h11.DONE and self._conn.their_state is h11.DONE
+
+    async def _admit(self, event: h11.Request) -> tuple[UpstreamExchange, Checked] | None:
+        """Check, decide, connect upstream and audit; None once the guest was refused."""
+        checked = check_request(
+            event.method,
+            event.target,
+            list(event.headers),
+            authority=None,
+            tls=self._sni is not None,
+            sni=self._sni,
+            port=self._port,
+        )
+        if isinstance(checked, Refused):
+            self._audit(event, allowed=False, reason=checked.reason, status=checked.status)
+            await self._refuse(checked.status, checked.reason)
+            return None
+        decision = decide(checked.request, self._gate.policy)
+        fields: dict[str, Any] = {"host": decision.host, "rule": decision.rule}
+        if not decision.allowed or decision.host is None:
+            self._audit(
+                event, allowed=False, reason=decision.reason, status=decision.status, **fields
+            )
+            await self._refuse(decision.status, decision.reason)
+            return None
+        try:
+            upstream = await self._exchange(decision.host)
+        except UpstreamError as exc:
+            self._audit(event, allowed=False, reason=str(exc), status=502, **fields)
+            await self._refuse(502, str(exc))
+            return None
+        address = upstream.connection.address
+        self._audit(event, allowed=True, reason=decision.reason, address=address, **fields)
+        return upstream, checked
+
+    async def _forward(self, upstream: UpstreamExchange, checked: Checked, chunked: bool) -> bool:
+        headers = [(b"host", checked.authority.encode()), *checked.headers]
+        if chunked:
+            headers.append((b"transfer-encoding", b"chunked"))
+        await upstream.send_head(checked.method, checked.target, headers)
+        if self._conn.they_are_waiting_for_100_continue:
+            await self._send(h11.InformationalResponse(status_code=100, headers=[]))
+        while not isinstance(event := await self._next(IO_TIMEOUT), h11.EndOfMessage):
+            if not isinstance(event, h11.Data):
+                return False
+            await upstream.send_data(bytes(event.data))
+        await upstream.end()
+        head = await upstream.response()
+        if isinstance(head, h11.InformationalResponse):
+            return await self._switch(upstream, head, checked.websocket)
+        await self._send(
+            h11.Response(status_code=head.status_code, headers=response_headers(list(head.headers)))
+        )
+        async for chunk in upstream.body():
+            await self._send(h11.Data(data=chunk))
+        await self._send(h11.EndOfMessage())
+        if upstream.reusable():
+            upstream.next_cycle()
+        else:
+            upstream.close()
+            self._upstream = None
+        return True
+
+    async def _exchange(self, host: str) -> UpstreamExchange:
+        if self._upstream is not None and self._upstream.host != host:
+            self._upstream.close()
+            self._upstream = None
+        if self._upstream is None:
+            connection = await self._upstreams.connect(
+                host, self._port, tls=self._sni is not None, policy=self._gate.policy
+            )
+            self._upstream = UpstreamExchange(host, connection)
+        return self._upstream
+
+    async def _switch(
+        self, upstream: UpstreamExchange, head: h11.InformationalResponse, websocket: bool
+    ) -> bool:
+        if not websocket:
+            await self._refuse(502, "upstream switched protocols unasked")
+            return False
+        await self._send(h11.InformationalResponse(status_code=101, headers=list(head.headers)))
+        pending = bytes(self._conn.trailing_data[0])
+        if pending:
+            upstream.connection.writer.write(pending)
+        await relay(self._reader, self._writer, upstream.connection, upstream.trailing())
+        return False
+
+    async def _refuse(self, status: int, reason: str) -> bool:
+        if self._conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return False
+        body = f"space gateway: {reason}\n".encode()
+        headers = [
+            (b"content-type", b"text/plain"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        try:
+            await self._send(h11.Response(status_code=status, headers=headers))
+            await self._send(h11.Data(data=body))
+            await self._send(h11.EndOfMessage())
+        except (h11.LocalProtocolError, OSError, TimeoutError):
+            pass
+        return False
+
+    def _audit(self, event: h11.Request, **fields: Any) -> None:
+        self._gate.audit(
+            request_record(
+                self._gate.sandbox_id,
+                self._gate.policy.version,
+                self._sni,
+                event.method,
+                event.target,
+                **fields,
+            )
+        )
+
+    async def _send(self, event: h11.Event) -> None:
+        data = self._conn.send(event)
+        if data:
+            self._writer.write(data)
+            async with asyncio.timeout(IO_TIMEOUT):
+                await self._writer.drain()
+
+    async def _next(self, timeout: float) -> h11.Event:
+        while True:
+            event = self._conn.next_event()
+            if event is not h11.NEED_DATA:
+                assert not isinstance(event, type)
+                return event
+            async with asyncio.timeout(timeout):
+                data = await self._reader.read(READ_SIZE)
+            self._conn.receive_data(data)

@@ -1,0 +1,278 @@
+"""The HTTP/2 side of a TLS connection (ALPN `h2`), re-framed to HTTP/1.1 upstream.
+
+Every stream is checked and decided on its own: an `:authority` other than the SNI
+gets 421 (no connection coalescing), CONNECT (and so RFC 8441 WebSockets) gets 405.
+Request bodies are acknowledged to the guest only once forwarded, and response data
+respects the guest's flow-control window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+
+from space.gateway.audit import request_record
+from space.gateway.checks import Checked, Refused, check_request
+from space.gateway.exchange import IO_TIMEOUT, READ_SIZE, UpstreamExchange, response_headers
+from space.gateway.policy import Request, decide
+from space.gateway.sandbox import SandboxGate
+from space.gateway.tasks import TaskSet
+from space.gateway.upstream import UpstreamError, Upstreams
+
+IDLE_TIMEOUT = 120.0
+MAX_IDLE_UPSTREAMS = 8
+
+
+@dataclass
+class _Stream:
+    body: asyncio.Queue[tuple[bytes, int] | None] = field(default_factory=asyncio.Queue)
+
+
+class Http2Session:
+    def __init__(
+        self,
+        gate: SandboxGate,
+        upstreams: Upstreams,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        sni: str,
+    ) -> None:
+        self._gate = gate
+        self._upstreams = upstreams
+        self._reader = reader
+        self._writer = writer
+        self._sni = sni
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None)
+        self._h2 = h2.connection.H2Connection(config)
+        self._streams: dict[int, _Stream] = {}
+        self._tasks = TaskSet()
+        self._window = asyncio.Event()
+        self._idle: list[UpstreamExchange] = []  # kept-alive upstreams, reused per host
+        self.request: Request | None = None
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._streams)
+
+    def abort(self) -> None:
+        self._writer.transport.abort()
+
+    async def run(self) -> None:
+        self._gate.connections.add(self)
+        try:
+            self._h2.initiate_connection()
+            await self._flush()
+            while True:
+                async with asyncio.timeout(IO_TIMEOUT if self._streams else IDLE_TIMEOUT):
+                    data = await self._reader.read(READ_SIZE)
+                if not data:
+                    break
+                for event in self._h2.receive_data(data):
+                    self._handle(event)
+                await self._flush()
+        except h2.exceptions.ProtocolError:
+            self._h2.close_connection()
+            await self._flush_quietly()
+        except (OSError, TimeoutError):
+            pass
+        finally:
+            self._gate.connections.discard(self)
+            await self._tasks.cancel_all()
+            for upstream in self._idle:
+                upstream.close()
+            self._writer.close()
+
+    def _handle(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.RequestReceived) and event.stream_id is not None:
+            stream = self._streams[event.stream_id] = _Stream()
+            headers = [(bytes(n), bytes(v)) for n, v in event.headers or []]
+            ended = event.stream_ended is not None
+            self._tasks.spawn(self._serve(event.stream_id, headers, ended, stream), "h2-stream")
+        elif isinstance(event, h2.events.DataReceived) and event.stream_id in self._streams:
+            chunk = (bytes(event.data or b""), event.flow_controlled_length or 0)
+            self._streams[event.stream_id].body.put_nowait(chunk)
+        elif isinstance(event, h2.events.StreamEnded) and event.stream_id in self._streams:
+            self._streams[event.stream_id].body.put_nowait(None)
+        elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
+            self._window.set()
+        elif isinstance(event, h2.events.StreamReset) and event.stream_id is not None:
+            self._streams.pop(event.stream_id, None)
+
+    async def _serve(
+        self, stream_id: int, headers: list[tuple[bytes, bytes]], ended: bool, stream: _Stream
+    ) -> None:
+        try:
+            await self._exchange(stream_id, headers, ended, stream)
+        except (UpstreamError, OSError, TimeoutError) as exc:
+            await self._respond(stream_id, 502, f"upstream failed: {exc}")
+        except h2.exceptions.H2Error:
+            pass
+        finally:
+            self._streams.pop(stream_id, None)
+
+    async def _exchange(
+        self, stream_id: int, headers: list[tuple[bytes, bytes]], ended: bool, stream: _Stream
+    ) -> None:
+        pseudo = {n: v for n, v in headers if n.startswith(b":")}
+        method, path = pseudo.get(b":method", b""), pseudo.get(b":path", b"")
+        authority = pseudo.get(b":authority")
+        checked = check_request(
+            method,
+            path,
+            [(n, v) for n, v in headers if not n.startswith(b":")],
+            authority=authority.decode("latin-1") if authority is not None else None,
+            tls=True,
+            sni=self._sni,
+            port=443,
+        )
+        if isinstance(checked, Refused) or checked.websocket:
+            refused = checked if isinstance(checked, Refused) else Refused(400, "no h2 upgrades")
+            self._audit(method, path, allowed=False, reason=refused.reason, status=refused.status)
+            await self._respond(stream_id, refused.status, refused.reason)
+            return
+        upstream = await self._admit(stream_id, method, path, checked)
+        if upstream is None:
+            return
+        self.request = checked.request
+        try:
+            await self._forward(stream_id, upstream, checked, ended, stream)
+        except BaseException:
+            upstream.close()
+            raise
+        if upstream.reusable() and len(self._idle) < MAX_IDLE_UPSTREAMS:
+            upstream.next_cycle()
+            self._idle.append(upstream)
+        else:
+            upstream.close()
+
+    async def _admit(
+        self, stream_id: int, method: bytes, path: bytes, checked: Checked
+    ) -> UpstreamExchange | None:
+        """Decide, connect upstream and audit; None once the stream was refused."""
+        policy = self._gate.policy
+        decision = decide(checked.request, policy)
+        fields: dict[str, Any] = {"host": decision.host, "rule": decision.rule}
+        if not decision.allowed or decision.host is None:
+            self._audit(
+                method,
+                path,
+                allowed=False,
+                reason=decision.reason,
+                status=decision.status,
+                **fields,
+            )
+            await self._respond(stream_id, decision.status, decision.reason)
+            return None
+        upstream = self._take_idle(decision.host)
+        if upstream is None:
+            try:
+                connection = await self._upstreams.connect(
+                    decision.host, 443, tls=True, policy=policy
+                )
+            except UpstreamError as exc:
+                self._audit(method, path, allowed=False, reason=str(exc), status=502, **fields)
+                await self._respond(stream_id, 502, str(exc))
+                return None
+            upstream = UpstreamExchange(decision.host, connection)
+        address = upstream.connection.address
+        self._audit(method, path, allowed=True, reason=decision.reason, address=address, **fields)
+        return upstream
+
+    def _take_idle(self, host: str) -> UpstreamExchange | None:
+        for upstream in [u for u in self._idle if u.host == host]:
+            self._idle.remove(upstream)
+            if upstream.connection.reader.at_eof() or upstream.connection.writer.is_closing():
+                upstream.close()
+                continue
+            return upstream
+        return None
+
+    async def _forward(
+        self,
+        stream_id: int,
+        upstream: UpstreamExchange,
+        checked: Checked,
+        ended: bool,
+        stream: _Stream,
+    ) -> None:
+        headers = [(b"host", checked.authority.encode()), *checked.headers]
+        if not ended and not any(n == b"content-length" for n, _ in headers):
+            headers.append((b"transfer-encoding", b"chunked"))
+        await upstream.send_head(checked.method, checked.target, headers)
+        while not ended and (item := await _next_chunk(stream)) is not None:
+            await upstream.send_data(item[0])
+            if stream_id in self._streams:
+                self._h2.acknowledge_received_data(item[1], stream_id)
+                await self._flush()
+        await upstream.end()
+        head = await upstream.response()
+        reply = [(b":status", str(head.status_code).encode())]
+        reply += [(n.lower(), v) for n, v in response_headers(list(head.headers))]
+        self._h2.send_headers(stream_id, reply)
+        await self._flush()
+        async for chunk in upstream.body():
+            await self._send_data(stream_id, chunk)
+        self._h2.end_stream(stream_id)
+        await self._flush()
+
+    async def _send_data(self, stream_id: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            window = min(
+                self._h2.local_flow_control_window(stream_id), self._h2.max_outbound_frame_size
+            )
+            if window <= 0:
+                self._window.clear()
+                async with asyncio.timeout(IO_TIMEOUT):
+                    await self._window.wait()
+                continue
+            self._h2.send_data(stream_id, bytes(view[:window]))
+            view = view[window:]
+            await self._flush()
+
+    async def _respond(self, stream_id: int, status: int, reason: str) -> None:
+        body = f"space gateway: {reason}\n".encode()
+        try:
+            self._h2.send_headers(
+                stream_id,
+                [
+                    (b":status", str(status).encode()),
+                    (b"content-type", b"text/plain"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            )
+            self._h2.send_data(stream_id, body, end_stream=True)
+            await self._flush()
+        except (h2.exceptions.H2Error, OSError):
+            pass
+
+    def _audit(self, method: bytes, path: bytes, **fields: Any) -> None:
+        record = request_record(
+            self._gate.sandbox_id, self._gate.policy.version, self._sni, method, path, **fields
+        )
+        self._gate.audit(record)
+
+    async def _flush(self) -> None:
+        data = self._h2.data_to_send()
+        if data:
+            self._writer.write(data)
+            async with asyncio.timeout(IO_TIMEOUT):
+                await self._writer.drain()
+
+    async def _flush_quietly(self) -> None:
+        try:
+            await self._flush()
+        except (OSError, TimeoutError):
+            pass
+
+
+async def _next_chunk(stream: _Stream) -> tuple[bytes, int] | None:
+    async with asyncio.timeout(IO_TIMEOUT):
+        return await stream.body.get()

@@ -1,0 +1,151 @@
+"""Egress for the node: the gateway plus each sandbox's firewall, behind four calls.
+
+`attach` applies the namespace's nftables and registers the namespace with the
+gateway under the sandbox's slot; `trust` installs that sandbox's CA certificate in
+the guest (the key never leaves the host); `set_policy` applies a new policy version
+to a running sandbox; `detach` closes the gateway's side. Host resources die with
+the namespace, so the startup sweep needs nothing extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from space.gateway import Gateway, Policy, UnknownSandbox
+from space.gateway.policy import IPNetwork
+from space.node.agent import AgentClient
+from space.node.client import ExecRequest
+from space.node.network import fence, firewall
+from space.node.network.netns import SandboxNetwork
+
+log = logging.getLogger(__name__)
+
+GUEST_CA = "/usr/local/share/ca-certificates/space-gateway.crt"
+GUEST_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+CA_ENV = {
+    "SSL_CERT_FILE": GUEST_BUNDLE,
+    "REQUESTS_CA_BUNDLE": GUEST_BUNDLE,
+    "CURL_CA_BUNDLE": GUEST_BUNDLE,
+    "PIP_CERT": GUEST_BUNDLE,
+    "NODE_EXTRA_CA_CERTS": GUEST_CA,
+}
+# Appending to the bundle is what curl, Python's ssl, requests and pip on Debian read;
+# (update-ca-certificates would take seconds under TCG). Login shells get the env vars.
+_TRUST_SCRIPT = f"""
+mkdir -p /etc/ssl/certs /etc/profile.d
+cat {GUEST_CA} >> {GUEST_BUNDLE}
+printf '[global]\\ncert = {GUEST_BUNDLE}\\n' > /etc/pip.conf
+: > /etc/profile.d/space-ca.sh
+""" + "".join(f"echo 'export {k}={v}' >> /etc/profile.d/space-ca.sh\n" for k, v in CA_ENV.items())
+
+
+@dataclass(frozen=True)
+class EgressConfig:
+    """`SPACE_GATEWAY_RESOLVER` (host[:port]), `SPACE_GATEWAY_CA_FILE`, and for tests the
+    namespace the gateway's upstream sockets are made in (None: the node's own)."""
+
+    resolver: str = ""
+    ca_file: Path | None = None
+    upstream_netns: str | None = None
+
+    def resolver_address(self) -> tuple[str, int]:
+        text = self.resolver or _system_resolver()
+        host, _, port = text.partition(":")
+        return host, int(port or 53)
+
+
+class Egress:
+    """`name` (the node's namespace prefix) names this node's upstream fence table."""
+
+    def __init__(self, config: EgressConfig | None = None, *, name: str = "space") -> None:
+        config = config or EgressConfig()
+        self._name = name
+        self._upstream_netns = config.upstream_netns
+        self._fenced: list[IPNetwork] | None = None
+        self.gateway = Gateway(
+            resolver=config.resolver_address(),
+            ca_file=config.ca_file,
+            upstream_netns=config.upstream_netns,
+            mark=fence.mark_for(name),
+        )
+
+    async def attach(
+        self,
+        slot: str,
+        network: SandboxNetwork,
+        policy: Mapping[str, Any] | None,
+        *,
+        sandbox_id: str | None = None,
+    ) -> None:
+        ports = self.gateway.ports
+        redirects = firewall.Redirects(ports.dns, ports.http, ports.https)
+        await asyncio.to_thread(firewall.apply, network, redirects)
+        await self.gateway.register(slot, network.netns, policy, label=sandbox_id)
+        await self._refresh_fence()
+
+    async def reattach(self, slot: str, network: SandboxNetwork) -> None:
+        """A restored sandbox's new namespace: same policy, same CA as before."""
+        ports = self.gateway.ports
+        redirects = firewall.Redirects(ports.dns, ports.http, ports.https)
+        await asyncio.to_thread(firewall.apply, network, redirects)
+        try:
+            await self.gateway.move(slot, network.netns)
+        except UnknownSandbox:
+            await self.gateway.register(slot, network.netns, None)
+
+    async def trust(self, slot: str, agent: AgentClient) -> None:
+        """Install the sandbox's CA certificate in the guest's trust stores."""
+        pem = self.gateway.gate(slot).ca.certificate_pem
+        await agent.exec(ExecRequest(args=("mkdir", "-p", str(Path(GUEST_CA).parent))))
+        await agent.write_file(GUEST_CA, _chunks(pem))
+        result = await agent.exec(ExecRequest(args=("/bin/sh", "-c", _TRUST_SCRIPT)))
+        if result.exit_code != 0:
+            log.warning("installing the gateway CA in %s failed: %s", slot, result.stderr[-300:])
+
+    async def set_policy(self, slot: str, policy: Mapping[str, Any] | None) -> Policy:
+        applied = self.gateway.set_policy(slot, policy)
+        await self._refresh_fence()
+        return applied
+
+    async def detach(self, slot: str) -> None:
+        await self.gateway.unregister(slot)
+        await self._refresh_fence()
+
+    async def close(self) -> None:
+        await self.gateway.close()
+        await self._refresh_fence()
+
+    async def _refresh_fence(self) -> None:
+        """Keep the nftables fence's exceptions equal to the policies' CIDRs; the table
+        exists only while this node serves a sandbox (see `fence.sweep`)."""
+        if not self.gateway.serving():
+            if self._fenced is not None:
+                await asyncio.to_thread(fence.remove, self._name, self._upstream_netns)
+                self._fenced = None
+            return
+        wanted = self.gateway.allowed_networks()
+        if self._fenced is None:
+            await asyncio.to_thread(fence.sweep, self._upstream_netns)
+        if wanted != self._fenced:
+            await asyncio.to_thread(fence.apply, self._name, self._upstream_netns, wanted)
+            self._fenced = wanted
+
+
+async def _chunks(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+def _system_resolver(path: Path = Path("/etc/resolv.conf")) -> str:
+    try:
+        for line in path.read_text().splitlines():
+            fields = line.split()
+            if len(fields) >= 2 and fields[0] == "nameserver" and ":" not in fields[1]:
+                return fields[1]
+    except OSError:
+        pass
+    return "127.0.0.1"

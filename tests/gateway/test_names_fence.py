@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from space.gateway.fence import address_allowed
+from space.gateway.names import BadName, normalise, split_authority
+from space.gateway.policy import Policy
+
+
+@pytest.mark.parametrize(
+    ("name", "canonical"),
+    [("Example.COM.", "example.com"), ("xn--bcher-kva.de", "xn--bcher-kva.de"), ("a-b.c", "a-b.c")],
+)
+def test_normalise(name: str, canonical: str) -> None:
+    assert normalise(name) == canonical
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        ".",
+        "a..b",
+        "-a.b",
+        "a-.b",
+        "a_b.c",
+        "bücher.de",
+        "xn--abc",
+        "xn--zz.org",
+        "ab--c.d",
+        "1.2.3.4",
+        "127.1",
+        "0x7f",
+        "a" * 64 + ".b",
+        "a.b.c:80",
+        "a b.c",
+    ],
+)
+def test_normalise_refuses(name: str) -> None:
+    with pytest.raises(BadName):
+        normalise(name)
+
+
+def test_split_authority() -> None:
+    assert split_authority("a.b", 443) == ("a.b", 443)
+    assert split_authority("a.b:8443", 443) == ("a.b", 8443)
+    assert split_authority("[::1]:80", 443) == ("[::1]", 80)
+    for bad in ("a.b:", "a.b:x", "a.b:0", "a.b:70000", "[::1", "a.b:80:80"):
+        with pytest.raises(BadName):
+            split_authority(bad, 443)
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "10.1.2.3",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "0.0.0.0",
+        "224.0.0.1",
+        "255.255.255.255",
+        "::1",
+        "64:ff9b::a9fe:a9fe",
+        "::ffff:127.0.0.1",
+        "2001:db8::1",
+        "fe80::1",
+    ],
+)
+def test_fence_blocks_internal_targets(address: str) -> None:
+    assert not address_allowed(ipaddress.ip_address(address), Policy.parse({"mode": "open"}))
+
+
+def test_fence_opens_only_for_explicit_cidrs() -> None:
+    open_policy = Policy.parse({"mode": "open"})
+    assert address_allowed(ipaddress.ip_address("198.51.100.10"), open_policy)
+    cidr = Policy.parse({"mode": "allowlist", "allow": ["10.9.0.0/16"], "deny": ["10.9.9.9/32"]})
+    assert address_allowed(ipaddress.ip_address("10.9.1.1"), cidr)
+    assert not address_allowed(ipaddress.ip_address("10.9.9.9"), cidr)
+    assert not address_allowed(ipaddress.ip_address("10.8.1.1"), cidr)
