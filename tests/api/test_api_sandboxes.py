@@ -132,3 +132,13 @@ async def test_unknown_template_is_422_naming_it_and_leaves_no_row(
     assert (error["code"], error["field"]) == ("unknown_template", "template")
     assert "busybox" in error["message"]
     assert count_rows(db, Sandbox) == 0
+
+
+async def test_invalid_network_policy_is_422_naming_network(
+    client: httpx.AsyncClient, db: Database
+) -> None:
+    response = await client.post("/v1/sandboxes", json={"network": {"mode": "everything"}})
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert (error["code"], error["field"]) == ("invalid_network_policy", "network")
+    assert count_rows(db, Sandbox) == 0

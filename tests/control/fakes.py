@@ -123,11 +123,16 @@ class FakeNode:
     dirs: set[tuple[str, str]] = field(default_factory=set)
     created: list[str] = field(default_factory=list)
     warm_hits: int = 0
+    policies: dict[str, dict[str, object] | None] = field(default_factory=dict)
     destroyed: list[str] = field(default_factory=list)
     commands: dict[int, FakeCommand] = field(default_factory=dict)
     watches: list[tuple[tuple[str, str, bool], asyncio.Queue[WatchEvent]]] = field(
         default_factory=list
     )
+
+    async def set_network_policy(self, sandbox_id: str, policy: dict[str, object] | None) -> None:
+        self._require(sandbox_id)
+        self.policies[sandbox_id] = policy
 
     def warm_pool_stats(self) -> list[WarmPoolStats]:
         return [WarmPoolStats("base", 2, 1, self.warm_hits, 0)]

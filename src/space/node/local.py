@@ -150,7 +150,13 @@ class LocalNode(AgentOpsMixin):
         if warm is not None:
             return await self._claim(warm, spec)
         record = SandboxRecord(
-            spec.sandbox_id, spec.template, image.digest, spec.memory_mib, spec.vcpus, spec.env
+            spec.sandbox_id,
+            spec.template,
+            image.digest,
+            spec.memory_mib,
+            spec.vcpus,
+            spec.env,
+            network=spec.network,
         )
         records, importer = self._ready()
         record.save(records.directory(record.slot))
@@ -215,6 +221,9 @@ class LocalNode(AgentOpsMixin):
             raise SandboxUnavailable(sandbox_id, sandbox.state, "only a paused sandbox resumes")
         await self._ready_driver().resume(_vm(sandbox))
         self._save(sandbox, sandbox.record.with_power())
+        if sandbox.agent is None:  # adopted while paused by a restarted node
+            await sandbox.connect_agent()
+            await self._rejoin_gateway(sandbox)
         sandbox.state = "running"
 
     async def suspend_sandbox(self, sandbox_id: str) -> None:
@@ -263,12 +272,22 @@ class LocalNode(AgentOpsMixin):
         if snapshot is None:
             raise SnapshotMissing(sandbox_id)
         network = await asyncio.to_thread(self._net.create, sandbox.record.slot)
-        await self._egress.reattach(sandbox.record.slot, network)
         await self._restore(sandbox, network, snapshot)
+        await self._rejoin_gateway(sandbox)
         self._save(sandbox, sandbox.record.with_power())
 
     async def set_network_policy(self, sandbox_id: str, policy: dict[str, Any] | None) -> None:
-        await self._egress.set_policy(self.sandbox(sandbox_id).record.slot, policy)
+        sandbox = self.sandbox(sandbox_id)
+        await self._egress.set_policy(sandbox.record.slot, policy)
+        self._save(sandbox, dataclasses.replace(sandbox.record, network=policy))
+
+    async def _rejoin_gateway(self, sandbox: Sandbox) -> None:
+        """Serve a restored or adopted sandbox again: its namespace, its policy, a CA it trusts."""
+        slot = sandbox.record.slot
+        await self._egress.reattach(slot, SandboxNetwork(self._net.netns_name(slot)))
+        await self._egress.set_policy(slot, sandbox.record.network)
+        if sandbox.agent is not None:
+            await self._egress.trust(slot, sandbox.agent)
 
     async def templates(self) -> list[str]:
         """Names of the templates this node can run."""
@@ -306,7 +325,9 @@ class LocalNode(AgentOpsMixin):
 
     async def _claim(self, entry: Sandbox, spec: SandboxSpec) -> SandboxObservation:
         """Hand a warm VM to `spec.sandbox_id`: persist the mapping, then personalise."""
-        record = dataclasses.replace(entry.record, sandbox_id=spec.sandbox_id, env=dict(spec.env))
+        record = dataclasses.replace(
+            entry.record, sandbox_id=spec.sandbox_id, env=dict(spec.env), network=spec.network
+        )
         self._save(entry, record)
         self._sandboxes[spec.sandbox_id] = entry
         try:
@@ -477,6 +498,7 @@ class LocalNode(AgentOpsMixin):
         try:
             await sandbox.connect_agent(timeout=10.0)
             await sandbox.personalise()  # a claim cut short by a crash was never personalised
+            await self._rejoin_gateway(sandbox)
             sandbox.state = "running"
         except AgentError as exc:
             sandbox.state, sandbox.reason = "error", f"agent did not answer after adoption: {exc}"

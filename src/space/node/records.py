@@ -43,6 +43,7 @@ class SandboxRecord:
     paused: bool = False
     suspended: bool = False
     slot: str = ""  # names the host resources; a warm VM gets its sandbox id only when claimed
+    network: dict[str, Any] | None = None  # the egress policy, re-applied after a node restart
 
     def __post_init__(self) -> None:
         if not self.slot:

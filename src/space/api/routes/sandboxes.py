@@ -8,6 +8,7 @@ from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep
 from space.api.errors import ApiError
 from space.api.schemas import CreateSandbox, SandboxList, SandboxOut
 from space.control.expiry import expires_at
+from space.gateway.policy import Policy, PolicyError
 from space.store.models import Sandbox
 from space.store.sandboxes import NewSandbox, SandboxRepo
 from space.store.states import DesiredState, SandboxState
@@ -45,6 +46,10 @@ async def create_sandbox(
             f"no template {body.template!r}; known: {', '.join(known)}",
             "template",
         )
+    try:
+        Policy.parse(body.network)
+    except PolicyError as exc:
+        raise ApiError(422, "invalid_network_policy", str(exc), "network") from exc
     new = NewSandbox(
         template=body.template,
         idle_timeout_seconds=body.idle_timeout or state.settings.timeouts.idle_for(body.template),
