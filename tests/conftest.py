@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import socket
 import threading
 import time
@@ -21,9 +22,19 @@ from space.config import ControllerConfig, ServerConfig, Settings
 from space.store.db import Database
 from space.store.keys import KeyRepo
 from tests.control.fakes import FakeNode
+from tests.pg import PgDatabase
 
 PG_URL = os.environ.get("SPACE_TEST_PG_URL")
 ADMIN_KEY = "sk_test_admin_key_0123456789"
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL database of this test session's own (concurrent runs share none)."""
+    assert PG_URL is not None
+    database = PgDatabase(PG_URL, f"space_test_{os.getpid()}_{secrets.token_hex(3)}")
+    yield database.url
+    database.drop()
 
 
 def _reset_pg(url: str) -> None:
@@ -50,9 +61,9 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Every DB test runs on SQLite and, with SPACE_TEST_PG_URL, on PostgreSQL."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'space.db'}"
-    assert PG_URL is not None
-    _reset_pg(PG_URL)
-    return PG_URL
+    url: str = request.getfixturevalue("pg_url")
+    _reset_pg(url)
+    return url
 
 
 @pytest.fixture

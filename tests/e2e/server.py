@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+
+from tests.pg import PgDatabase
 
 HEALTH_TIMEOUT = 600.0  # a cold cache builds the guest images first
 CREATE_TIMEOUT = 600.0
@@ -42,22 +42,6 @@ def space_binary() -> str:
     """The `space` script of the running virtualenv."""
     candidate = Path(sys.executable).with_name("space")
     return str(candidate) if candidate.exists() else "space"
-
-
-class PgDatabase:
-    """A database of its own on the PostgreSQL server of `SPACE_TEST_PG_URL`."""
-
-    def __init__(self, server_url: str, name: str) -> None:
-        self._admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
-        self.name = name
-        self.url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
-        with self._admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-
-    def drop(self) -> None:
-        with self._admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)'))
-        self._admin.dispose()
 
 
 @dataclass(frozen=True)
@@ -110,9 +94,8 @@ class SpaceServer:
 
     def _environment(self, extra: dict[str, str]) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SPACE_")}
-        for passed in ("SPACE_CACHE_DIR",):
-            if passed in os.environ:
-                env[passed] = os.environ[passed]
+        if "SPACE_CACHE_DIR" in os.environ:  # the shared guest image cache
+            env["SPACE_CACHE_DIR"] = os.environ["SPACE_CACHE_DIR"]
         env.update(
             SPACE_ACCEL=os.environ.get("SPACE_ACCEL", "tcg"),
             SPACE_NODE_RUN_DIR=str(self.run_dir),
@@ -124,10 +107,6 @@ class SpaceServer:
             env["SPACE_DATABASE_URL"] = self._pg.url
         env.update(extra)
         return env
-
-    @property
-    def database(self) -> str:
-        return "postgresql" if self._pg is not None else "sqlite"
 
     # -- process -----------------------------------------------------------------
 
@@ -152,11 +131,6 @@ class SpaceServer:
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"space up not healthy after {HEALTH_TIMEOUT}s:\n{self.log_tail()}")
-
-    @property
-    def pid(self) -> int:
-        assert self._proc is not None
-        return self._proc.pid
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None

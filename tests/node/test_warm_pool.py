@@ -57,9 +57,16 @@ async def test_fifty_concurrent_creates_get_fifty_distinct_vms_and_the_pool_refi
 ) -> None:
     await _wait_full(pooled_node)
     ids = [f"c{i:02d}{secrets.token_hex(2)}" for i in range(50)]
+    policy = {"mode": "allowlist", "allow": ["pypi.example"]}
     await asyncio.gather(
-        *(pooled_node.create_sandbox(SandboxSpec(sandbox_id=sandbox_id)) for sandbox_id in ids)
+        *(
+            pooled_node.create_sandbox(SandboxSpec(sandbox_id=sandbox_id, network=policy))
+            for sandbox_id in ids
+        )
     )
+    for sandbox_id in ids:  # warm or not, each serves its own id under its own policy
+        gate = pooled_node.egress.gateway.gate(pooled_node.sandbox(sandbox_id).record.slot)
+        assert gate.sandbox_id == sandbox_id and gate.policy.mode == "allowlist"
     stats = pooled_node.warm_pool_stats()[0]
     assert stats.hits == TARGET and stats.misses == 50 - TARGET
     pids = {pooled_node.sandbox(sandbox_id).vm.pid for sandbox_id in ids}  # type: ignore[union-attr]

@@ -104,6 +104,10 @@ class LocalNode(AgentOpsMixin):
         self._warm_task: asyncio.Task[None] | None = None
 
     @property
+    def egress(self) -> Egress:
+        return self._egress
+
+    @property
     def net_prefix(self) -> str:
         return self._net.prefix
 
@@ -122,9 +126,14 @@ class LocalNode(AgentOpsMixin):
         self._warm_task = spawn(self._warm.refill_forever(), name="warm-pool-refill")
 
     async def close(self) -> None:
-        """Stop serving; VMs keep running so the next start adopts them."""
+        """Stop serving; sandboxes' VMs keep running so the next start adopts them.
+
+        Unclaimed warm VMs are torn down (a start would not adopt them anyway).
+        """
         await self._stop_refill()
-        for sandbox in [*self._sandboxes.values(), *self._warm.drain()]:
+        for entry in self._warm.drain():
+            await self._teardown(entry.record.slot, entry)
+        for sandbox in self._sandboxes.values():
             await sandbox.close()
             if sandbox.vm is not None:
                 await self._ready_driver().release(sandbox.vm)
@@ -332,11 +341,7 @@ class LocalNode(AgentOpsMixin):
         self._sandboxes[spec.sandbox_id] = entry
         try:
             await entry.personalise()
-            network = SandboxNetwork(self._net.netns_name(entry.record.slot))
-            await self._egress.attach(
-                entry.record.slot, network, spec.network, sandbox_id=spec.sandbox_id
-            )
-            await self._egress.trust(entry.record.slot, self._agent(spec.sandbox_id))
+            await self._egress.claim(entry.record.slot, spec.network, spec.sandbox_id)
         except BaseException:
             await self.destroy_sandbox(spec.sandbox_id)
             raise
@@ -353,7 +358,10 @@ class LocalNode(AgentOpsMixin):
         try:
             base = await self._base_snapshot(image, record)
             network = await asyncio.to_thread(self._net.create, slot)
+            await self._egress.attach(slot, network, None)  # no network until claimed
             await self._restore(sandbox, network, base)
+            assert sandbox.agent is not None
+            await self._egress.trust(slot, sandbox.agent)
         except BaseException:
             await self._teardown(slot, sandbox)
             raise

@@ -107,6 +107,11 @@ class Egress:
         if result.exit_code != 0:
             log.warning("installing the gateway CA in %s failed: %s", slot, result.stderr[-300:])
 
+    async def claim(self, slot: str, policy: Mapping[str, Any] | None, sandbox_id: str) -> None:
+        """A warm VM (attached and trusting its CA already) now serves `sandbox_id`."""
+        self.gateway.gate(slot).sandbox_id = sandbox_id
+        await self.set_policy(slot, policy)
+
     async def set_policy(self, slot: str, policy: Mapping[str, Any] | None) -> Policy:
         applied = self.gateway.set_policy(slot, policy)
         await self._refresh_fence()
