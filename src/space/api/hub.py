@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from space.api.eventlog import LogWriter, Record, follow
-from space.control.tasks import TaskSet
 from space.node.client import CommandHandle, ExecRequest, NodeClient
 from space.store.commands import CommandRepo
 from space.store.db import Database
 from space.store.errors import NotFound
 from space.store.keys import new_id
+from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class CommandHub:
         with self._db.session() as session:
             CommandRepo(session).create(sandbox_id, argv, command_id=command_id)
         self._live[command_id] = _Live(handle, writer)
-        self._tasks.spawn(f"command-pump-{command_id}", self._pump(command_id))
+        self._tasks.spawn(self._pump(command_id), f"command-pump-{command_id}")
         return command_id
 
     def events(self, sandbox_id: str, command_id: str, after: int) -> AsyncIterator[Record | None]:
@@ -95,7 +95,7 @@ class CommandHub:
         shutil.rmtree(self._log_dir / sandbox_id, ignore_errors=True)
 
     async def aclose(self) -> None:
-        await self._tasks.aclose()
+        await self._tasks.cancel_all()
 
     def _handle(self, command_id: str) -> CommandHandle:
         live = self._live.get(command_id)

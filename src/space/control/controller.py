@@ -16,13 +16,14 @@ from space.config import ControllerConfig, TimeoutConfig
 from space.control.errors import NodeFailed
 from space.control.expiry import Activity, Expiry
 from space.control.plan import Action, RowSnapshot, Verb, plan
-from space.control.tasks import TaskSet, run_periodically
+from space.control.tasks import run_periodically
 from space.node.client import NodeClient, SandboxObservation, SandboxSpec
 from space.store.db import Database
 from space.store.errors import NotFound, StaleGeneration
 from space.store.models import Sandbox
 from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState
+from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -77,27 +78,23 @@ class Controller:
 
     def start(self) -> None:
         """Run the reconciler and the expiry sweep in the background (first passes now)."""
-        self._tasks.spawn(
-            "space-reconciler",
-            run_periodically(
-                "reconciler",
-                self.reconcile_once,
-                interval=self._config.reconcile_interval,
-                backoff=self._config.restart_backoff,
-            ),
+        reconciler = run_periodically(
+            "reconciler",
+            self.reconcile_once,
+            interval=self._config.reconcile_interval,
+            backoff=self._config.restart_backoff,
         )
-        self._tasks.spawn(
-            "space-expiry",
-            run_periodically(
-                "expiry",
-                self.expiry.sweep,
-                interval=self._config.expiry_interval,
-                backoff=self._config.restart_backoff,
-            ),
+        expiry = run_periodically(
+            "expiry",
+            self.expiry.sweep,
+            interval=self._config.expiry_interval,
+            backoff=self._config.restart_backoff,
         )
+        self._tasks.spawn(reconciler, "space-reconciler")
+        self._tasks.spawn(expiry, "space-expiry")
 
     async def aclose(self) -> None:
-        await self._tasks.aclose()
+        await self._tasks.cancel_all()
 
     # -- actions ----------------------------------------------------------------
 
@@ -123,7 +120,7 @@ class Controller:
         """
         while (running := self._in_flight.get(sandbox_id)) is not None:
             await asyncio.wait({running})
-        task = self._tasks.spawn(f"sandbox-op-{sandbox_id}", _call(op))
+        task = self._tasks.spawn(_call(op), f"sandbox-op-{sandbox_id}")
         self._in_flight[sandbox_id] = task
         task.add_done_callback(lambda _t: self._in_flight.pop(sandbox_id, None))
         await asyncio.shield(task)

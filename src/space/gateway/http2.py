@@ -22,8 +22,8 @@ from space.gateway.checks import Checked, Refused, check_request
 from space.gateway.exchange import IO_TIMEOUT, READ_SIZE, UpstreamExchange, response_headers
 from space.gateway.policy import Request, decide
 from space.gateway.sandbox import SandboxGate
-from space.gateway.tasks import TaskSet
 from space.gateway.upstream import UpstreamError, Upstreams
+from space.tasks import TaskSet
 
 IDLE_TIMEOUT = 120.0
 MAX_IDLE_UPSTREAMS = 8

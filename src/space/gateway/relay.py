@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from space.gateway.tasks import TaskSet
 from space.gateway.upstream import Connection
+from space.tasks import TaskSet
 
 IDLE_TIMEOUT = 300.0
 CHUNK = 65536

@@ -13,7 +13,7 @@ from typing import Protocol
 from space.gateway.audit import AuditLog, AuditRecord
 from space.gateway.ca import SandboxCA, server_context
 from space.gateway.policy import Policy, Request, decide
-from space.gateway.tasks import TaskSet
+from space.tasks import TaskSet
 
 
 class ClientConnection(Protocol):

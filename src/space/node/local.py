@@ -44,7 +44,6 @@ from space.node.sandbox import AGENT_TIMEOUT, Sandbox
 from space.node.snapshotting import BootFiles, Snapshotter
 from space.node.storage.pool import ensure_pool
 from space.node.storage.snapshots import LocalSnapshotStore
-from space.node.tasks import spawn
 from space.node.templates import (
     TEMPLATES,
     GuestArtifacts,
@@ -57,6 +56,7 @@ from space.node.vmm.accel import choose_accel
 from space.node.vmm.base import NetworkAttachment, VmConfig, VmHandle, VmmDriver, VmmError
 from space.node.vmm.qemu import QemuDriver
 from space.node.warm import WarmPools
+from space.tasks import spawn
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from space.node.agent import AgentClient
 from space.node.client import ObservedState, SandboxObservation
 from space.node.records import SandboxRecord
-from space.node.tasks import spawn
 from space.node.vmm.base import VmHandle
+from space.tasks import spawn
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from space.node.agent import (
     AgentUnavailable,
     ProtocolMismatch,
 )
-from space.node.agent.tasks import TaskSet
 from space.node.client import ExecRequest
+from space.tasks import TaskSet
 from tests.guest.agentproc import RunningAgent, running_agent
 
 pytestmark = pytest.mark.timeout(20)

@@ -13,8 +13,8 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from space.control.tasks import TaskSet
 from space.node.client import CommandHandle, ExecRequest, NodeClient, ProcessEvent
+from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +106,12 @@ class ProcessRegistry:
         live.followers.discard(follow)
 
     async def aclose(self) -> None:
-        await self._tasks.aclose()
+        await self._tasks.cancel_all()
 
     def _register(self, live: LiveProcess) -> Follow:
         follow = self._follow(live)
         self._live[(live.sandbox_id, live.pid)] = live
-        self._tasks.spawn(f"e2b-process-{live.sandbox_id}-{live.pid}", self._pump(live))
+        self._tasks.spawn(self._pump(live), f"e2b-process-{live.sandbox_id}-{live.pid}")
         return follow
 
     def _follow(self, live: LiveProcess) -> Follow:

@@ -15,8 +15,8 @@ import secrets
 from collections import deque
 from dataclasses import dataclass, field
 
-from space.control.tasks import TaskSet
 from space.node.client import NodeClient, WatchStream
+from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class Watchers:
             secrets.token_hex(8), sandbox_id, root, stream, deque(maxlen=self._queue_size)
         )
         self._watchers[watcher.watcher_id] = watcher
-        self._tasks.spawn(f"e2b-watch-{watcher.watcher_id}", self._pump(watcher))
+        self._tasks.spawn(self._pump(watcher), f"e2b-watch-{watcher.watcher_id}")
         return watcher
 
     def get(self, sandbox_id: str, watcher_id: str) -> Watcher:
@@ -73,7 +73,7 @@ class Watchers:
     async def aclose(self) -> None:
         for watcher in list(self._watchers.values()):
             await self.remove(watcher)
-        await self._tasks.aclose()
+        await self._tasks.cancel_all()
 
     async def _pump(self, watcher: Watcher) -> None:
         try:

@@ -31,7 +31,7 @@ from space.guest.protocol import (
 )
 from space.node.agent.channel import HostChannel, reply_result
 from space.node.agent.errors import AgentError, AgentUnavailable, ProtocolMismatch
-from space.node.agent.tasks import TaskSet
+from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 _RETRY_INTERVAL = 0.05
