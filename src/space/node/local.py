@@ -1,8 +1,9 @@
 """`LocalNode`: the node worker of one host, serving the `NodeClient` seam in-process.
 
-create = record -> reflink-clone the template disk -> namespace + tap -> boot -> agent
-health -> personalise. destroy runs the same steps backwards and is idempotent; the
-startup sweep adopts VMs a previous run left alive and removes every leftover.
+create = record -> warm claim, or base-snapshot restore, or cold boot (`provision.py`)
+-> egress policy -> CA trusted. destroy runs the steps backwards and is idempotent;
+the startup sweep (`recovery.py`) adopts VMs a previous run left alive and removes
+every leftover. Suspend/restore seal and reopen snapshots (`snapshotting.py`).
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import secrets
 import shutil
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
-from space.node.agent import AgentClient, AgentError
+from space.node.agent import AgentClient
 from space.node.agentops import AgentOpsMixin
 from space.node.client import (
     CommandHandle,
@@ -29,7 +29,6 @@ from space.node.client import (
     WarmPoolStats,
 )
 from space.node.errors import (
-    BootFailed,
     SandboxNotFound,
     SandboxUnavailable,
     SnapshotMissing,
@@ -39,8 +38,10 @@ from space.node.fileerrors import as_oserror
 from space.node.images import TemplateImporter
 from space.node.network.egress import Egress, EgressConfig
 from space.node.network.netns import NetworkManager, SandboxNetwork
+from space.node.provision import WARM_MEMORY_MIB, WARM_VCPUS, ProvisionMixin
 from space.node.records import RecordStore, SandboxRecord, check_sandbox_id
-from space.node.sandbox import AGENT_TIMEOUT, Sandbox
+from space.node.recovery import RecoveryMixin
+from space.node.sandbox import Sandbox
 from space.node.snapshotting import BootFiles, Snapshotter
 from space.node.storage.pool import ensure_pool
 from space.node.storage.snapshots import LocalSnapshotStore
@@ -61,12 +62,9 @@ from space.tasks import spawn
 log = logging.getLogger(__name__)
 
 DEFAULT_TEMPLATE = "base"
-BASE_LAYOUT = 2  # bump when what a base snapshot holds changes
-WARM_MEMORY_MIB = 256
-WARM_VCPUS = 1
 
 
-class LocalNode(AgentOpsMixin):
+class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
     """Implements `NodeClient` for the host it runs on."""
 
     def __init__(
@@ -321,114 +319,12 @@ class LocalNode(AgentOpsMixin):
             self._templates[name] = image
         return self._templates[name]
 
-    async def _boot(self, sandbox: Sandbox, network: SandboxNetwork) -> None:
-        driver = self._ready_driver()
-        vm = await driver.boot(self._vm_config(sandbox.record, network))
-        sandbox.watch(vm)
-        try:
-            await sandbox.connect_agent()
-        except AgentError as exc:
-            raise BootFailed(sandbox.sandbox_id, str(exc), _tail(vm.config.console_log)) from exc
-        await sandbox.personalise()
-        sandbox.state = "running"
-
-    async def _claim(self, entry: Sandbox, spec: SandboxSpec) -> SandboxObservation:
-        """Hand a warm VM to `spec.sandbox_id`: persist the mapping, then personalise."""
-        record = dataclasses.replace(
-            entry.record, sandbox_id=spec.sandbox_id, env=dict(spec.env), network=spec.network
-        )
-        self._save(entry, record)
-        self._sandboxes[spec.sandbox_id] = entry
-        try:
-            await entry.personalise()
-            await self._egress.claim(entry.record.slot, spec.network, spec.sandbox_id)
-        except BaseException:
-            await self.destroy_sandbox(spec.sandbox_id)
-            raise
-        return entry.observation()
-
-    async def _fill_warm(self, template: str) -> Sandbox:
-        """One more warm VM: restored from the base snapshot, owned by no sandbox yet."""
-        records, _ = self._ready()
-        image = await self._template(template)
-        slot = f"w{secrets.token_hex(5)}"
-        record = SandboxRecord("", template, image.digest, WARM_MEMORY_MIB, WARM_VCPUS, slot=slot)
-        record.save(records.directory(slot))
-        sandbox = Sandbox(record)
-        try:
-            base = await self._base_snapshot(image, record)
-            network = await asyncio.to_thread(self._net.create, slot)
-            await self._egress.attach(slot, network, None)  # no network until claimed
-            await self._restore(sandbox, network, base)
-            assert sandbox.agent is not None
-            await self._egress.trust(slot, sandbox.agent)
-        except BaseException:
-            await self._teardown(slot, sandbox)
-            raise
-        return sandbox
-
     async def _stop_refill(self) -> None:
         if self._warm_task is not None:
             self._warm_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._warm_task
             self._warm_task = None
-
-    async def _restore(self, sandbox: Sandbox, network: SandboxNetwork, snapshot: Path) -> None:
-        snapshotter = self._ready_snapshotter()
-        boot = snapshotter.boot_files(snapshot)
-        vm = await snapshotter.start_from(snapshot, self._vm_config(sandbox.record, network, boot))
-        sandbox.watch(vm)
-        try:
-            await sandbox.connect_agent()
-        except AgentError as exc:
-            raise BootFailed(sandbox.sandbox_id, str(exc), _tail(vm.config.console_log)) from exc
-        await sandbox.personalise()
-        sandbox.state = "running"
-
-    async def _base_snapshot(self, image: TemplateImage, record: SandboxRecord) -> Path:
-        """The template's base snapshot (a booted VM with its agent ready), made once."""
-        guest = self._ready_guest()
-        key = (
-            f"base{BASE_LAYOUT}-{image.name}-{image.digest[:12]}-{guest.digest[:12]}"
-            f"-{record.memory_mib}m{record.vcpus}c"
-        )
-        async with self._bases_lock:
-            snapshot = self._ready_snapshotter().store.latest(key)
-            if snapshot is None:
-                snapshot = await self._build_base(key, image, record)
-        return snapshot
-
-    async def _build_base(self, key: str, image: TemplateImage, template: SandboxRecord) -> Path:
-        _, importer = self._ready()
-        snapshotter = self._ready_snapshotter()
-        vm_id = f"base{secrets.token_hex(4)}"
-        record = dataclasses.replace(template, sandbox_id=vm_id, slot=vm_id, env={})
-        self._scratch.mkdir(parents=True, exist_ok=True)
-        disk = self._scratch / f"{vm_id}.ext4"
-        memory = self._scratch / f"{vm_id}.memory"
-        log.info("building base snapshot %s", key)
-        network = await asyncio.to_thread(self._net.create, vm_id)
-        try:
-            await importer.clone_disk(await importer.pooled(image.rootfs, image.digest), disk)
-            config = dataclasses.replace(
-                self._vm_config(record, network),
-                root_disk=disk,
-                memory_file=memory,
-                memory_shared=True,
-            )
-            vm = await snapshotter.driver.boot(config)
-            try:
-                agent = await AgentClient.connect(config.agent_socket, timeout=AGENT_TIMEOUT)
-                await agent.close()
-                return await snapshotter.capture(vm, key, {"template": image.name})
-            finally:
-                await snapshotter.driver.stop(vm)
-        finally:
-            await asyncio.to_thread(self._net.delete, vm_id)
-            shutil.rmtree(self.run_dir / vm_id, ignore_errors=True)
-            disk.unlink(missing_ok=True)
-            memory.unlink(missing_ok=True)
 
     def _vm_config(
         self, record: SandboxRecord, network: SandboxNetwork, boot: BootFiles | None = None
@@ -469,62 +365,6 @@ class LocalNode(AgentOpsMixin):
         shutil.rmtree(self.run_dir / slot, ignore_errors=True)
         self._ready_snapshotter().store.remove(slot)
         records.remove(slot)
-
-    async def _sweep(self) -> None:
-        """Adopt live VMs of known sandboxes; remove whatever has no record."""
-        records, _ = self._ready()
-        known, leftovers = records.load_all()
-        for directory in leftovers:
-            log.warning("removing leftover sandbox directory %s", directory)
-            shutil.rmtree(directory, ignore_errors=True)
-        for record in known:
-            if record.deleting or not record.claimed:
-                await self._teardown(record.slot, None)
-            else:
-                await self._adopt(record)
-        await self._remove_orphans({r.slot for r in known if r.claimed and not r.deleting})
-
-    async def _adopt(self, record: SandboxRecord) -> None:
-        sandbox = Sandbox(record)
-        self._sandboxes[record.sandbox_id] = sandbox
-        snapshotter = self._ready_snapshotter()
-        snapshotter.store.prune(record.slot)
-        config = self._vm_config(record, SandboxNetwork(self._net.netns_name(record.slot)))
-        vm = None if record.suspended else await snapshotter.driver.adopt(config)
-        if vm is None:
-            if snapshotter.store.latest(record.slot) is not None:
-                sandbox.state = "suspended"  # restorable from its last sealed snapshot
-                return
-            sandbox.state = "stopped"
-            sandbox.reason = "its VM was not running when the node started"
-            return
-        sandbox.watch(vm)
-        if record.paused:
-            sandbox.state = "paused"
-            return
-        await snapshotter.driver.resume(vm)  # finishes an interrupted suspend, if any
-        try:
-            await sandbox.connect_agent(timeout=10.0)
-            await sandbox.personalise()  # a claim cut short by a crash was never personalised
-            await self._rejoin_gateway(sandbox)
-            sandbox.state = "running"
-        except AgentError as exc:
-            sandbox.state, sandbox.reason = "error", f"agent did not answer after adoption: {exc}"
-
-    async def _remove_orphans(self, known: set[str]) -> None:
-        driver = self._ready_driver()
-        for slot in set(self._net.sandbox_ids()) - known:
-            log.warning("removing orphaned namespace of %s", slot)
-            await asyncio.to_thread(self._net.delete, slot)
-        for run in self.run_dir.iterdir():
-            if run.name in known:
-                continue
-            config = self._vm_config(SandboxRecord(run.name, "", "", 0, 0), SandboxNetwork(""))
-            vm = await driver.adopt(config)
-            if vm is not None:
-                log.warning("stopping orphaned VM %s", run.name)
-                await driver.stop(vm)
-            shutil.rmtree(run, ignore_errors=True)
 
     @property
     def _scratch(self) -> Path:
@@ -569,13 +409,6 @@ class LocalNode(AgentOpsMixin):
         if self._guest is None:
             raise RuntimeError("LocalNode.start() has not run")
         return self._guest
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no console output)"
 
 
 def _vm(sandbox: Sandbox) -> VmHandle:

@@ -1,0 +1,73 @@
+"""The startup sweep: adopt what a previous run left alive, remove every leftover."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+
+from space.node.agent import AgentError
+from space.node.internals import NodeInternals
+from space.node.network.netns import SandboxNetwork
+from space.node.records import SandboxRecord
+from space.node.sandbox import Sandbox
+
+log = logging.getLogger(__name__)
+
+
+class RecoveryMixin:
+    async def _sweep(self: NodeInternals) -> None:
+        """Adopt live VMs of known sandboxes; remove whatever has no record."""
+        records, _ = self._ready()
+        known, leftovers = records.load_all()
+        for directory in leftovers:
+            log.warning("removing leftover sandbox directory %s", directory)
+            shutil.rmtree(directory, ignore_errors=True)
+        for record in known:
+            if record.deleting or not record.claimed:
+                await self._teardown(record.slot, None)
+            else:
+                await self._adopt(record)
+        await self._remove_orphans({r.slot for r in known if r.claimed and not r.deleting})
+
+    async def _adopt(self: NodeInternals, record: SandboxRecord) -> None:
+        sandbox = Sandbox(record)
+        self._sandboxes[record.sandbox_id] = sandbox
+        snapshotter = self._ready_snapshotter()
+        snapshotter.store.prune(record.slot)
+        config = self._vm_config(record, SandboxNetwork(self._net.netns_name(record.slot)))
+        vm = None if record.suspended else await snapshotter.driver.adopt(config)
+        if vm is None:
+            if snapshotter.store.latest(record.slot) is not None:
+                sandbox.state = "suspended"  # restorable from its last sealed snapshot
+                return
+            sandbox.state = "stopped"
+            sandbox.reason = "its VM was not running when the node started"
+            return
+        sandbox.watch(vm)
+        if record.paused:
+            sandbox.state = "paused"
+            return
+        await snapshotter.driver.resume(vm)  # finishes an interrupted suspend, if any
+        try:
+            await sandbox.connect_agent(timeout=10.0)
+            await sandbox.personalise()  # a claim cut short by a crash was never personalised
+            await self._rejoin_gateway(sandbox)
+            sandbox.state = "running"
+        except AgentError as exc:
+            sandbox.state, sandbox.reason = "error", f"agent did not answer after adoption: {exc}"
+
+    async def _remove_orphans(self: NodeInternals, known: set[str]) -> None:
+        driver = self._ready_driver()
+        for slot in set(self._net.sandbox_ids()) - known:
+            log.warning("removing orphaned namespace of %s", slot)
+            await asyncio.to_thread(self._net.delete, slot)
+        for run in self.run_dir.iterdir():
+            if run.name in known:
+                continue
+            config = self._vm_config(SandboxRecord(run.name, "", "", 0, 0), SandboxNetwork(""))
+            vm = await driver.adopt(config)
+            if vm is not None:
+                log.warning("stopping orphaned VM %s", run.name)
+                await driver.stop(vm)
+            shutil.rmtree(run, ignore_errors=True)
