@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,10 +16,10 @@ import pytest
 from space.api.app import create_app
 from space.config import ControllerConfig, Settings
 from space.node.local import LocalNode
-from space.node.storage.pool import release_pool
 from space.store.db import Database
 from space.store.models import Sandbox
 from tests.node.conftest import qemu_pids
+from tests.throwaway import throwaway_node
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns, pytest.mark.timeout(900)]
 
@@ -31,24 +30,8 @@ ADMIN_KEY = "sk_test_idle_vm_0123456789"
 async def real_node(tmp_path: Path) -> AsyncIterator[LocalNode]:
     if os.geteuid() != 0 or shutil.which("qemu-system-x86_64") is None:
         pytest.skip("needs root and qemu-system-x86_64")
-    tag = secrets.token_hex(3)
-    data_dir = tmp_path / "node"
-    local = LocalNode(
-        data_dir=data_dir,
-        cache_dir=Path(os.environ.get("SPACE_CACHE_DIR", "/var/cache/space")),
-        accel=os.environ.get("SPACE_ACCEL", "tcg"),
-        run_dir=Path(f"/run/space-idle-{tag}"),
-        net_prefix=f"spi{tag}",
-        pool_size="16G",
-    )
-    await local.start()
-    try:
+    async with throwaway_node(tmp_path / "node", "spi") as local:
         yield local
-    finally:
-        await local.destroy_all()
-        await local.close()
-        release_pool(data_dir)
-        shutil.rmtree(local.run_dir, ignore_errors=True)
 
 
 def state(db: Database, sandbox_id: str) -> str:

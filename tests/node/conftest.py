@@ -19,7 +19,7 @@ import pytest_asyncio
 
 from space.node.client import SandboxSpec
 from space.node.local import LocalNode
-from space.node.storage.pool import release_pool
+from tests.throwaway import throwaway_node
 
 SandboxFactory = Callable[..., Awaitable[str]]
 
@@ -38,31 +38,12 @@ def cache_dir() -> Path:
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def node(
-    tmp_path_factory: pytest.TempPathFactory, cache_dir: Path
-) -> AsyncIterator[LocalNode]:
+async def node(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalNode]:
     reason = _vm_host_reason()
     if reason:
         pytest.skip(reason)
-    tag = secrets.token_hex(3)
-    data_dir = tmp_path_factory.mktemp("node-data")
-    run_dir = Path(f"/run/space-test-{tag}")
-    local = LocalNode(
-        data_dir=data_dir,
-        cache_dir=cache_dir,
-        accel=os.environ.get("SPACE_ACCEL", "tcg"),
-        run_dir=run_dir,
-        net_prefix=f"spt{tag}",
-        pool_size="16G",
-    )
-    await local.start()
-    try:
+    async with throwaway_node(tmp_path_factory.mktemp("node-data"), "spt") as local:
         yield local
-    finally:
-        await local.destroy_all()
-        await local.close()
-        release_pool(data_dir)
-        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @pytest_asyncio.fixture(loop_scope="session")

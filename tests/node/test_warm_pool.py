@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
-import shutil
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from space.node.client import ExecRequest, SandboxSpec
 from space.node.local import LocalNode
-from space.node.storage.pool import release_pool
+from tests.throwaway import throwaway_node
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns, pytest.mark.asyncio(loop_scope="session")]
 
@@ -25,25 +22,9 @@ TARGET = 4
 async def pooled_node(
     node: LocalNode, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[LocalNode]:
-    tag = secrets.token_hex(3)
     data_dir = tmp_path_factory.mktemp("warm-data")
-    local = LocalNode(
-        data_dir=data_dir,
-        cache_dir=node.cache_dir,
-        accel=os.environ.get("SPACE_ACCEL", "tcg"),
-        run_dir=Path(f"/run/space-warm-{tag}"),
-        net_prefix=f"spw{tag}",
-        pool_size="16G",
-        warm_pools={"base": TARGET},
-    )
-    await local.start()
-    try:
+    async with throwaway_node(data_dir, "spw", warm_pools={"base": TARGET}) as local:
         yield local
-    finally:
-        await local.destroy_all()
-        await local.close()
-        release_pool(data_dir)
-        shutil.rmtree(local.run_dir, ignore_errors=True)
 
 
 async def _wait_full(node: LocalNode) -> None:

@@ -11,7 +11,6 @@ import os
 import secrets
 import shutil
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -19,10 +18,10 @@ import pytest_asyncio
 from space.node.client import SandboxSpec
 from space.node.local import LocalNode
 from space.node.network.egress import Egress, EgressConfig
-from space.node.storage.pool import release_pool
 from tests.redteam.fakenet import DNS_IP, FakeInternet
 from tests.redteam.guests import Guest, NsGuest, VmGuest
 from tests.redteam.vethguest import VethGuest
+from tests.throwaway import throwaway_node
 
 
 def _root_reason() -> str | None:
@@ -71,26 +70,10 @@ async def redteam_node(
 ) -> AsyncIterator[LocalNode]:
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("VM red-team tests need qemu-system-x86")
-    tag = secrets.token_hex(3)
+    egress = EgressConfig(f"{DNS_IP}:53", internet.ca_file, internet.netns)
     data_dir = tmp_path_factory.mktemp("redteam-node")
-    run_dir = Path(f"/run/space-rt-{tag}")
-    node = LocalNode(
-        data_dir=data_dir,
-        cache_dir=Path(os.environ.get("SPACE_CACHE_DIR", "/var/cache/space")),
-        accel=os.environ.get("SPACE_ACCEL", "tcg"),
-        run_dir=run_dir,
-        net_prefix=f"srt{tag}",
-        pool_size="16G",
-        egress=EgressConfig(f"{DNS_IP}:53", internet.ca_file, internet.netns),
-    )
-    await node.start()
-    try:
+    async with throwaway_node(data_dir, "srt", egress=egress) as node:
         yield node
-    finally:
-        await node.destroy_all()
-        await node.close()
-        release_pool(data_dir)
-        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
