@@ -16,6 +16,7 @@ import asyncio
 import os
 import re
 import secrets
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -60,8 +61,8 @@ def _creates(server: SpaceServer, count: int, *, wait_for_pool: bool) -> list[fl
 def _run_mode(name: str, count: int, env: dict[str, str]) -> None:
     root = Path(tempfile.mkdtemp(prefix=f"space-bench-{name}-"))
     server = SpaceServer(root, **env)
-    server.start()
     try:
+        server.start()
         samples = _creates(server, count, wait_for_pool=name == "warm")
         emit(summary(f"create: {name}", samples))
         if name == "restore":
@@ -85,6 +86,7 @@ async def _raw_restores(snapshot: Path, scratch: Path, count: int = 20) -> list[
     net = NetworkManager(f"spf{secrets.token_hex(3)}")
     scratch.mkdir(parents=True, exist_ok=True)
     samples = []
+    run_root = Path(f"/run/space-floor-{net.prefix}")
     for i in range(count):
         vm_id = f"floor{i}"
         network = net.create(vm_id)
@@ -92,7 +94,7 @@ async def _raw_restores(snapshot: Path, scratch: Path, count: int = 20) -> list[
         clone_file(snapshot / "disk.ext4", disk)
         config = VmConfig(
             vm_id=vm_id,
-            run_dir=Path(f"/run/space-floor-{net.prefix}/{vm_id}"),
+            run_dir=run_root / vm_id,
             kernel=boot.kernel,
             initramfs=boot.initramfs,
             cmdline="console=ttyS0 quiet panic=-1",
@@ -108,6 +110,7 @@ async def _raw_restores(snapshot: Path, scratch: Path, count: int = 20) -> list[
         await driver.stop(vm)
         net.delete(vm_id)
         disk.unlink()
+    shutil.rmtree(run_root, ignore_errors=True)
     return samples
 
 
