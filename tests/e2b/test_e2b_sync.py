@@ -206,3 +206,18 @@ def test_lifecycle_pause_on_timeout(db: Database) -> None:
     assert (row.on_timeout, row.timeout_seconds) == ("suspend", 120)
     assert sandbox.get_info().lifecycle == {"on_timeout": "pause", "auto_resume": False}
     assert Sandbox.create().get_info().lifecycle == {"on_timeout": "kill", "auto_resume": False}
+
+
+def test_a_running_envd_process_keeps_its_sandbox_from_idling(
+    fake_node: FakeNode, server: ServerThread
+) -> None:
+    sandbox = Sandbox.create()
+    activity = server.server.config.app.state.space.activity
+    handle = sandbox.commands.run("cat", background=True, stdin=True)
+    assert sandbox.sandbox_id in activity.busy()
+    fake_node.commands[handle.pid]._stdin.put_nowait(None)  # cat exits
+    handle.wait()
+    deadline = time.monotonic() + 5
+    while sandbox.sandbox_id in activity.busy() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sandbox.sandbox_id not in activity.busy()

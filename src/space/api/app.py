@@ -43,7 +43,7 @@ def create_app(
     hub = _hub(settings, db, node)
     lifecycle: Lifecycle = controller or DbWaiter(db, timeout=settings.timeouts.create)
     metrics = Metrics(db, node)
-    e2b_front = e2b.E2bFront(settings)
+    e2b_front = e2b.E2bFront(settings, activity=activity)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -13,13 +13,22 @@ from space.api.e2b.routing import EnvdTarget, resolve
 from space.api.e2b.tokens import AccessTokens
 from space.api.e2b.watchers import Watchers
 from space.config import Settings
+from space.control.expiry import Activity
 
 
 class E2bFront:
-    def __init__(self, settings: Settings, config: E2bConfig | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        config: E2bConfig | None = None,
+        *,
+        activity: Activity | None = None,
+    ) -> None:
         self.config = config or E2bConfig()
         self.tokens = AccessTokens(load_secret(self.config, settings.data_dir))
-        self.processes = ProcessRegistry(queue_size=self.config.stream_queue)
+        self.processes = ProcessRegistry(
+            queue_size=self.config.stream_queue, activity=activity or Activity()
+        )
         self.watchers = Watchers(queue_size=self.config.stream_queue)
 
     async def aclose(self) -> None:

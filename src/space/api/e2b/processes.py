@@ -13,6 +13,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from space.control.expiry import Activity
 from space.node.client import CommandHandle, ExecRequest, NodeClient, ProcessEvent
 from space.tasks import TaskSet
 
@@ -45,9 +46,10 @@ class LiveProcess:
 
 
 class ProcessRegistry:
-    def __init__(self, *, queue_size: int) -> None:
+    def __init__(self, *, queue_size: int, activity: Activity) -> None:
         self._live: dict[tuple[str, int], LiveProcess] = {}
         self._queue_size = queue_size
+        self._activity = activity  # a running process keeps its sandbox from idling
         self._tasks = TaskSet()
 
     async def start(
@@ -120,6 +122,10 @@ class ProcessRegistry:
         return follow
 
     async def _pump(self, live: LiveProcess) -> None:
+        with self._activity.hold(live.sandbox_id):
+            await self._relay(live)
+
+    async def _relay(self, live: LiveProcess) -> None:
         try:
             async for event in live.handle.events():
                 for follow in list(live.followers):
