@@ -10,7 +10,7 @@ import pytest
 
 from tests.redteam import scripts
 from tests.redteam.fakenet import ATTACKER_IP, CDN_IP, WEB_IP, FakeInternet
-from tests.redteam.guests import Guest
+from tests.redteam.guests import Guest, VmGuest
 
 pytestmark = [pytest.mark.redteam, pytest.mark.netns, pytest.mark.asyncio(loop_scope="session")]
 
@@ -352,3 +352,17 @@ async def test_session_resumption_cannot_switch_sni(guest: Guest, internet: Fake
     # refuses the handshake or binds the connection to the first name: 421 for the other.
     assert "SECOND refused" in result.stdout or "SECOND HTTP/1.1 421" in result.stdout, result
     assert hits_for(internet, "evil.cdn.test") == []
+
+
+@pytest.mark.vm
+async def test_policy_and_ca_survive_suspend_and_restore(vm_guest: Guest) -> None:
+    """The restored VM sits in a new namespace: same policy, a CA it still trusts."""
+    assert isinstance(vm_guest, VmGuest)
+    await vm_guest.set_policy(ALLOW)
+    await vm_guest.node.suspend_sandbox(vm_guest.sandbox_id)
+    await vm_guest.node.restore_sandbox(vm_guest.sandbox_id)
+    result = await vm_guest.run(*CURL, "https://allowed.test/after-restore")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["host"] == "allowed.test"
+    denied = await vm_guest.run(*CURL, "https://forbidden.test/")
+    assert denied.exit_code != 0

@@ -291,9 +291,9 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
     async def _rejoin_gateway(self, sandbox: Sandbox) -> None:
         """Serve a restored or adopted sandbox again: its namespace, its policy, a CA it trusts."""
         slot = sandbox.record.slot
-        await self._egress.reattach(slot, SandboxNetwork(self._net.netns_name(slot)))
+        new_ca = await self._egress.reattach(slot, SandboxNetwork(self._net.netns_name(slot)))
         await self._egress.set_policy(slot, sandbox.record.network)
-        if sandbox.agent is not None:
+        if new_ca and sandbox.agent is not None:
             await self._egress.trust(slot, sandbox.agent)
 
     async def templates(self) -> list[str]:

@@ -88,8 +88,12 @@ class Egress:
         await self.gateway.register(slot, network.netns, policy, label=sandbox_id)
         await self._refresh_fence()
 
-    async def reattach(self, slot: str, network: SandboxNetwork) -> None:
-        """A restored sandbox's new namespace: same policy, same CA as before."""
+    async def reattach(self, slot: str, network: SandboxNetwork) -> bool:
+        """A restored sandbox's new namespace: same policy, same CA as before.
+
+        Returns True when this gateway did not know the sandbox (a node restart):
+        it then has a new CA that the guest must be told to `trust`.
+        """
         ports = self.gateway.ports
         redirects = firewall.Redirects(ports.dns, ports.http, ports.https)
         await asyncio.to_thread(firewall.apply, network, redirects)
@@ -97,6 +101,8 @@ class Egress:
             await self.gateway.move(slot, network.netns)
         except UnknownSandbox:
             await self.gateway.register(slot, network.netns, None)
+            return True
+        return False
 
     async def trust(self, slot: str, agent: AgentClient) -> None:
         """Install the sandbox's CA certificate in the guest's trust stores."""
