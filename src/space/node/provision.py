@@ -25,7 +25,7 @@ from space.node.templates import TemplateImage
 
 log = logging.getLogger(__name__)
 
-BASE_LAYOUT = 2  # bump when what a base snapshot holds changes
+BASE_LAYOUT = 3  # bump when what a base snapshot holds changes (3: fixed host MAC)
 WARM_MEMORY_MIB = 256
 WARM_VCPUS = 1
 

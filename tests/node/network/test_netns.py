@@ -32,3 +32,22 @@ def test_namespace_holds_a_tap_and_has_no_route_out() -> None:
         manager.delete("a1")
     assert manager.sandbox_ids() == []
     manager.delete("a1")
+
+
+def test_every_tap_has_the_same_host_mac_so_restored_guests_keep_their_arp_entry() -> None:
+    manager = NetworkManager(f"spn{secrets.token_hex(3)}")
+    try:
+        macs = set()
+        for slot in ("m1", "m2"):
+            net = manager.create(slot)
+            shown = subprocess.run(
+                ["ip", "-n", net.netns, "-o", "link", "show", net.tap],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            macs.add(shown.split("link/ether ")[1].split()[0])
+        assert macs == {"02:53:50:00:00:01"}
+    finally:
+        manager.delete("m1")
+        manager.delete("m2")

@@ -16,6 +16,7 @@ GUEST_IP = "10.200.0.2"
 HOST_IP = "10.200.0.1"
 PREFIX = 24
 GUEST_MAC = "02:53:50:00:00:02"
+HOST_MAC = "02:53:50:00:00:01"  # fixed: a restored guest's ARP cache must stay right
 TAP = "tap0"
 
 
@@ -31,6 +32,7 @@ class SandboxNetwork:
     host_ip: str = HOST_IP
     prefix: int = PREFIX
     guest_mac: str = GUEST_MAC
+    host_mac: str = HOST_MAC
 
     def kernel_args(self) -> str:
         """The guest init configures eth0 from these."""
@@ -57,6 +59,7 @@ class NetworkManager:
         if not _has_link(net.netns, net.tap):
             _in_ns(net.netns, "tuntap", "add", "dev", net.tap, "mode", "tap")
         _in_ns(net.netns, "addr", "replace", f"{net.host_ip}/{net.prefix}", "dev", net.tap)
+        _in_ns(net.netns, "link", "set", net.tap, "address", net.host_mac)
         _in_ns(net.netns, "link", "set", net.tap, "up")
         return net
 
