@@ -16,16 +16,15 @@ import errno
 import json
 import logging
 import struct
-from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
-from fastapi import Request, Response
+from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
+from space.api.e2b.catching import catching_route
 from space.api.e2b.routing import EnvdAuthError, SandboxNotRunning
 from space.node.errors import NodeError
 
@@ -116,19 +115,7 @@ def error_response(exc: BaseException) -> JSONResponse:
     return JSONResponse(error.body(), status_code=HTTP_STATUS[error.code])
 
 
-class ConnectRoute(APIRoute):
-    """Any exception from a handler or its dependencies becomes a Connect error."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def route(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except Exception as exc:
-                return error_response(exc)
-
-        return route
+ConnectRoute = catching_route(error_response)  # any exception answers as a Connect error
 
 
 class Message(BaseModel):

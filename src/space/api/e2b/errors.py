@@ -19,15 +19,12 @@ routes and envd's `/files` and `/health`; one table maps SPACE's errors onto it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
-from typing import Any
 
-from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
+from space.api.e2b.catching import catching_route
 from space.api.e2b.routing import EnvdAuthError, SandboxNotRunning
 from space.api.errors import ApiError
 from space.control.errors import NodeFailed, NodeUnavailable, NotSupported
@@ -88,16 +85,4 @@ def _describe(exc: Exception) -> tuple[int, str]:
     return 500, f"internal error ({type(exc).__name__})"
 
 
-class E2bRoute(APIRoute):
-    """Any exception from a handler or its dependencies answers in E2B's shape."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def route(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except Exception as exc:
-                return error_response(exc)
-
-        return route
+E2bRoute = catching_route(error_response)  # any exception answers as E2B's shape
