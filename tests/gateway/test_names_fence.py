@@ -82,3 +82,17 @@ def test_fence_opens_only_for_explicit_cidrs() -> None:
     assert address_allowed(ipaddress.ip_address("10.9.1.1"), cidr)
     assert not address_allowed(ipaddress.ip_address("10.9.9.9"), cidr)
     assert not address_allowed(ipaddress.ip_address("10.8.1.1"), cidr)
+
+
+@pytest.mark.parametrize(
+    ("allow", "address"),
+    [
+        ("169.254.169.254/32", "169.254.169.254"),
+        ("0.0.0.0/0", "169.254.169.254"),
+        ("0.0.0.0/0", "127.0.0.1"),
+        ("10.0.0.0/8", "10.0.0.5"),
+    ],
+)
+def test_a_tenant_cidr_cannot_open_the_operator_ceiling(allow: str, address: str) -> None:
+    policy = Policy.parse({"mode": "allowlist", "allow": [allow]})
+    assert not address_allowed(ipaddress.ip_address(address), policy)
