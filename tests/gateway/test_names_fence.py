@@ -4,6 +4,7 @@ import ipaddress
 
 import pytest
 
+from space.gateway.ceiling import Ceiling
 from space.gateway.fence import address_allowed
 from space.gateway.names import BadName, normalise, split_authority
 from space.gateway.policy import Policy
@@ -75,13 +76,21 @@ def test_fence_blocks_internal_targets(address: str) -> None:
     assert not address_allowed(ipaddress.ip_address(address), Policy.parse({"mode": "open"}))
 
 
-def test_fence_opens_only_for_explicit_cidrs() -> None:
-    open_policy = Policy.parse({"mode": "open"})
-    assert address_allowed(ipaddress.ip_address("198.51.100.10"), open_policy)
-    cidr = Policy.parse({"mode": "allowlist", "allow": ["10.9.0.0/16"], "deny": ["10.9.9.9/32"]})
-    assert address_allowed(ipaddress.ip_address("10.9.1.1"), cidr)
-    assert not address_allowed(ipaddress.ip_address("10.9.9.9"), cidr)
-    assert not address_allowed(ipaddress.ip_address("10.8.1.1"), cidr)
+def test_fence_lets_public_addresses_through_unless_denied() -> None:
+    open_policy = Policy.parse({"mode": "open", "deny": ["8.8.8.0/24"]})
+    assert address_allowed(ipaddress.ip_address("1.1.1.1"), open_policy)
+    assert not address_allowed(ipaddress.ip_address("8.8.8.8"), open_policy)
+    assert not address_allowed(ipaddress.ip_address("2606:4700::1111"), open_policy)
+
+
+def test_fence_follows_the_ceiling_the_policy_carries() -> None:
+    ceiling = Ceiling.build(
+        [ipaddress.ip_network("10.9.0.0/16")], [ipaddress.ip_address("10.9.4.4")]
+    )
+    policy = Policy.parse({"mode": "allowlist", "allow": ["10.0.0.0/8"]}).under(ceiling)
+    assert address_allowed(ipaddress.ip_address("10.9.1.1"), policy)
+    assert not address_allowed(ipaddress.ip_address("10.9.4.4"), policy)  # a node address
+    assert not address_allowed(ipaddress.ip_address("10.8.1.1"), policy)
 
 
 @pytest.mark.parametrize(

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from ipaddress import ip_address, ip_network
+
 import pytest
 
+from space.gateway.ceiling import Ceiling
 from space.gateway.policy import Policy, PolicyError, Request, Rule, decide, decide_name
 
 ALLOW = Policy.parse(
     {
         "mode": "allowlist",
-        "allow": ["pypi.org", "*.pythonhosted.org", "api.test:443", "203.0.113.0/24", "bücher.de"],
-        "deny": ["bad.pythonhosted.org", "203.0.113.66/32"],
+        "allow": ["pypi.org", "*.pythonhosted.org", "api.test:443", "192.0.3.0/24", "bücher.de"],
+        "deny": ["bad.pythonhosted.org", "192.0.3.66/32"],
     }
 )
 
@@ -29,7 +32,7 @@ def plain(host: str, port: int = 80, **kw: object) -> Request:
 def test_default_policy_is_mode_none_and_denies_everything() -> None:
     policy = Policy.parse(None)
     assert policy.mode == "none"
-    for request in (tls("pypi.org"), plain("pypi.org"), plain("203.0.113.5")):
+    for request in (tls("pypi.org"), plain("pypi.org"), plain("192.0.3.5")):
         decision = decide(request, policy)
         assert not decision.allowed and decision.reason == "policy mode is none"
 
@@ -43,7 +46,7 @@ def test_default_policy_is_mode_none_and_denies_everything() -> None:
         (tls("files.pythonhosted.org"), "*.pythonhosted.org"),
         (tls("a.b.pythonhosted.org"), "*.pythonhosted.org"),
         (tls("api.test"), "api.test:443"),
-        (plain("203.0.113.5"), "203.0.113.0/24"),
+        (plain("192.0.3.5"), "192.0.3.0/24"),
         (tls("xn--bcher-kva.de"), "bücher.de"),
     ],
 )
@@ -60,12 +63,12 @@ def test_allowlist_allows(request_: Request, rule: str) -> None:
         (tls("pypi.org.evil.com"), "host is not in the allowlist"),
         (tls("bad.pythonhosted.org"), "denied by rule"),
         (plain("api.test"), "host is not in the allowlist"),
-        (plain("203.0.113.66"), "denied by rule"),
-        (plain("198.51.100.1"), "IP-literal host outside any allowed CIDR"),
+        (plain("192.0.3.66"), "denied by rule"),
+        (plain("9.9.9.9"), "IP-literal host outside any allowed CIDR"),
         (tls("pypi.org", sni=None), "TLS without SNI"),
-        (tls("pypi.org", sni="203.0.113.5"), "IP-literal SNI"),
+        (tls("pypi.org", sni="192.0.3.5"), "IP-literal SNI"),
         (tls("pypi.org", sni="[::1]"), "IP-literal SNI"),
-        (tls("203.0.113.5", sni="pypi.org"), "IP-literal host over TLS"),
+        (tls("192.0.3.5", sni="pypi.org"), "IP-literal host over TLS"),
         (tls("evil.com", sni="pypi.org"), "host does not match SNI"),
         (tls("xn--zz.org"), "bad SNI"),
         (tls("pypi.org..", sni="pypi.org.."), "bad SNI"),
@@ -96,7 +99,7 @@ def test_open_mode_allows_names_but_respects_deny() -> None:
     policy = Policy.parse({"mode": "open", "deny": ["*.evil.com"]})
     assert decide(tls("anything.example"), policy).allowed
     assert not decide(tls("x.evil.com"), policy).allowed
-    assert not decide(plain("198.51.100.1"), policy).allowed
+    assert not decide(plain("9.9.9.9"), policy).allowed
     assert not decide(tls("a.example", sni=None), policy).allowed
 
 
@@ -132,3 +135,37 @@ def test_round_trip_and_versions() -> None:
     policy = Policy.parse(document, version=7)
     assert policy.to_dict() == document and policy.version == 7
     assert Rule.parse("*.a.b").suffix == ".a.b"
+
+
+@pytest.mark.parametrize(
+    ("allow", "host"),
+    [
+        ("169.254.169.254/32", "169.254.169.254"),
+        ("0.0.0.0/0", "169.254.169.254"),
+        ("0.0.0.0/0", "127.0.0.1"),
+        ("0.0.0.0/0", "0.0.0.0"),
+        ("10.0.0.0/8", "10.0.0.5"),
+        ("100.64.0.0/10", "100.64.0.9"),
+        ("224.0.0.0/4", "224.0.0.251"),
+        ("::/0", "[fd00:ec2::254]"),
+        ("::/0", "[::ffff:169.254.169.254]"),
+    ],
+)
+def test_no_allowed_cidr_opens_the_operator_ceiling(allow: str, host: str) -> None:
+    policy = Policy.parse({"mode": "allowlist", "allow": [allow]})
+    decision = decide(plain(host), policy)
+    assert not decision.allowed and decision.reason == "address is inside the operator ceiling"
+
+
+def test_catch_all_cidr_means_the_public_internet() -> None:
+    policy = Policy.parse({"mode": "allowlist", "allow": ["0.0.0.0/0"]})
+    assert decide(plain("1.1.1.1"), policy).allowed
+    assert not decide(plain("192.168.1.1"), policy).allowed
+
+
+def test_an_operator_opened_range_is_reachable_by_cidr_but_node_addresses_never() -> None:
+    ceiling = Ceiling.build([ip_network("10.1.0.0/16")], [ip_address("10.1.0.1")])
+    policy = Policy.parse({"mode": "allowlist", "allow": ["10.0.0.0/8"]}).under(ceiling)
+    assert decide(plain("10.1.2.3"), policy).allowed
+    assert not decide(plain("10.1.0.1"), policy).allowed
+    assert not decide(plain("10.2.0.1"), policy).allowed

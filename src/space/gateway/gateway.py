@@ -4,7 +4,8 @@
 on UDP and TCP, HTTP, HTTPS; nftables redirects the guest's traffic to them) and a
 fresh CA; `set_policy` swaps a sandbox's policy with a new version and applies it to
 open connections; `unregister` closes everything the sandbox had. Upstream sockets
-are made in `upstream_netns` (None: the node's own namespace).
+are made in `upstream_netns` (None: the node's own namespace). Every policy is
+applied under the gateway's current operator ceiling (`set_ceiling`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from space.gateway.audit import AuditLog
+from space.gateway.ceiling import DEFAULT, Ceiling
 from space.gateway.dnsserver import serve_tcp, serve_udp
 from space.gateway.nsock import NetnsSockets
-from space.gateway.policy import IPNetwork, Policy
+from space.gateway.policy import Policy
 from space.gateway.proxy import serve_http, serve_https
 from space.gateway.resolver import Resolver
 from space.gateway.sandbox import SandboxGate
@@ -58,8 +60,10 @@ class Gateway:
         ports: GatewayPorts = GatewayPorts(),
         listen_address: str = "0.0.0.0",
         mark: int | None = None,
+        ceiling: Ceiling = DEFAULT,
     ) -> None:
         self.ports = ports
+        self.ceiling = ceiling
         self.audit = AuditLog()
         self._listen = listen_address
         self._sockets = NetnsSockets()
@@ -85,7 +89,7 @@ class Gateway:
         if sandbox_id in self._sandboxes:
             self.set_policy(sandbox_id, policy)
             return self._sandboxes[sandbox_id].gate
-        parsed = Policy.parse(policy, version=1)
+        parsed = Policy.parse(policy, version=1).under(self.ceiling)
         gate = SandboxGate(label or sandbox_id, netns, parsed, self.audit)
         self._sandboxes[sandbox_id] = await self._listen_for(gate)
         return gate
@@ -119,22 +123,18 @@ class Gateway:
     def set_policy(self, sandbox_id: str, policy: Mapping[str, Any] | None) -> Policy:
         """Validate and apply a new policy version (raises `PolicyError` when invalid)."""
         gate = self.gate(sandbox_id)
-        new = Policy.parse(policy, version=gate.policy.version + 1)
+        new = Policy.parse(policy, version=gate.policy.version + 1).under(self.ceiling)
         gate.set_policy(new)
         return new
 
+    def set_ceiling(self, ceiling: Ceiling) -> None:
+        """Apply a new operator ceiling to every sandbox's policy and open connections."""
+        self.ceiling = ceiling
+        for listening in self._sandboxes.values():
+            listening.gate.set_policy(listening.gate.policy.under(ceiling))
+
     def serving(self) -> bool:
         return bool(self._sandboxes)
-
-    def allowed_networks(self) -> list[IPNetwork]:
-        """Every CIDR some sandbox's policy allows: the upstream fence's exceptions."""
-        networks = {
-            rule.network
-            for listening in self._sandboxes.values()
-            for rule in listening.gate.policy.allow
-            if rule.network is not None
-        }
-        return sorted(networks, key=str)
 
     def gate(self, sandbox_id: str) -> SandboxGate:
         try:

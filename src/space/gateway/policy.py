@@ -3,24 +3,25 @@
 `Policy.parse` validates `{"mode": "none"|"allowlist"|"open", "allow": [...],
 "deny": [...], "websocket": bool}`; entries are exact hosts (`pypi.org`), suffix
 patterns (`*.pythonhosted.org`, subdomains only), either with an optional `:port`,
-or explicit CIDRs (`203.0.113.0/24`), which are the only way to let the gateway
-reach a fenced address range (see `space.gateway.fence`). `decide` is pure: the
-proxy, the DNS resolver and live policy changes all call it and nothing else.
+or explicit CIDRs (`203.0.113.0/24`), the only way to allow an IP-literal host.
+Every policy carries the operator ceiling it is applied under (`space.gateway.ceiling`;
+the gateway binds its current one): no entry opens an address the ceiling denies.
+`decide` is pure: the proxy, the DNS resolver and live policy changes all call it
+and nothing else.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from space.gateway.ceiling import DEFAULT, Ceiling, IPAddress, IPNetwork
 from space.gateway.names import BadName, ip_literal, normalise, policy_name
 
 Mode = Literal["none", "allowlist", "open"]
 MODES: tuple[Mode, ...] = ("none", "allowlist", "open")
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class PolicyError(ValueError):
@@ -74,6 +75,7 @@ class Policy:
     deny: tuple[Rule, ...] = ()
     websocket: bool = False
     version: int = 0
+    ceiling: Ceiling = DEFAULT
 
     @classmethod
     def parse(cls, data: Mapping[str, Any] | None, version: int = 0) -> Policy:
@@ -90,6 +92,10 @@ class Policy:
         if not isinstance(websocket, bool):
             raise PolicyError("websocket must be true or false")
         return cls(mode, _rules(data, "allow"), _rules(data, "deny"), websocket, version)
+
+    def under(self, ceiling: Ceiling) -> Policy:
+        """The same policy applied under another operator ceiling."""
+        return replace(self, ceiling=ceiling)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -185,9 +191,12 @@ def _request_host(request: Request) -> tuple[str | None, Decision | None]:
 def _decide_address_host(
     host: str, address: IPAddress, request: Request, policy: Policy
 ) -> Decision:
-    """An IP literal in a plain-HTTP Host is allowed only inside an explicit CIDR."""
+    """An IP literal in a plain-HTTP Host is allowed only inside an explicit CIDR,
+    and never inside the operator ceiling."""
     if policy.mode == "none":
         return Decision(False, "policy mode is none", host)
+    if policy.ceiling.blocks(address):
+        return Decision(False, "address is inside the operator ceiling", host)
     for rule in policy.deny:
         if rule.contains(address):
             return Decision(False, "denied by rule", host, rule.text)

@@ -5,6 +5,12 @@ gateway under the sandbox's slot; `trust` installs that sandbox's CA certificate
 the guest (the key never leaves the host); `set_policy` applies a new policy version
 to a running sandbox; `detach` closes the gateway's side. Host resources die with
 the namespace, so the startup sweep needs nothing extra.
+
+The operator ceiling (`space.gateway.ceiling`) is rebuilt from the host while the
+node serves sandboxes: on every attach and every `refresh_seconds`, from the
+operator's open ranges, every address the node holds and the protected hosts
+(control plane, database). A changed ceiling goes to the gateway (applied to every
+policy and open connection) and to the nftables fence on upstream sockets.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from space.gateway import Gateway, Policy, UnknownSandbox
-from space.gateway.policy import IPNetwork
+from space.gateway.ceiling import Ceiling, IPNetwork
 from space.node.agent import AgentClient
 from space.node.client import ExecRequest
-from space.node.network import fence, firewall
-from space.node.network.netns import SandboxNetwork
+from space.node.network import fence, firewall, hostaddrs
+from space.node.network.netns import NetworkError, SandboxNetwork
+from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +54,19 @@ printf '[global]\\ncert = {GUEST_BUNDLE}\\n' > /etc/pip.conf
 @dataclass(frozen=True)
 class EgressConfig:
     """`SPACE_GATEWAY_RESOLVER` (host[:port]), `SPACE_GATEWAY_CA_FILE`, and for tests the
-    namespace the gateway's upstream sockets are made in (None: the node's own)."""
+    namespace the gateway's upstream sockets are made in (None: the node's own).
+
+    The ceiling: `open_ranges` (`SPACE_EGRESS_OPEN_CIDRS`), `protected_hosts` (the
+    API's and database's hosts), `refresh_seconds`, and for tests the namespace
+    whose addresses count as the node's (None: this process's)."""
 
     resolver: str = ""
     ca_file: Path | None = None
     upstream_netns: str | None = None
+    open_ranges: tuple[IPNetwork, ...] = ()
+    protected_hosts: tuple[str, ...] = ()
+    refresh_seconds: float = 10.0
+    host_netns: str | None = None
 
     def resolver_address(self) -> tuple[str, int]:
         text = self.resolver or _system_resolver()
@@ -65,8 +80,10 @@ class Egress:
     def __init__(self, config: EgressConfig | None = None, *, name: str = "space") -> None:
         config = config or EgressConfig()
         self._name = name
+        self._config = config
         self._upstream_netns = config.upstream_netns
-        self._fenced: list[IPNetwork] | None = None
+        self._fenced: Ceiling | None = None
+        self._watch = TaskSet(f"egress-{name}")
         self.gateway = Gateway(
             resolver=config.resolver_address(),
             ca_file=config.ca_file,
@@ -85,8 +102,9 @@ class Egress:
         ports = self.gateway.ports
         redirects = firewall.Redirects(ports.dns, ports.http, ports.https)
         await asyncio.to_thread(firewall.apply, network, redirects)
+        await self.refresh_ceiling()
         await self.gateway.register(slot, network.netns, policy, label=sandbox_id)
-        await self._refresh_fence()
+        await self._sync_fence()
 
     async def reattach(self, slot: str, network: SandboxNetwork) -> bool:
         """A restored sandbox's new namespace: same policy, same CA as before.
@@ -97,10 +115,12 @@ class Egress:
         ports = self.gateway.ports
         redirects = firewall.Redirects(ports.dns, ports.http, ports.https)
         await asyncio.to_thread(firewall.apply, network, redirects)
+        await self.refresh_ceiling()
         try:
             await self.gateway.move(slot, network.netns)
         except UnknownSandbox:
             await self.gateway.register(slot, network.netns, None)
+            await self._sync_fence()
             return True
         return False
 
@@ -119,32 +139,52 @@ class Egress:
         await self.set_policy(slot, policy)
 
     async def set_policy(self, slot: str, policy: Mapping[str, Any] | None) -> Policy:
-        applied = self.gateway.set_policy(slot, policy)
-        await self._refresh_fence()
-        return applied
+        return self.gateway.set_policy(slot, policy)
 
     async def detach(self, slot: str) -> None:
         await self.gateway.unregister(slot)
-        await self._refresh_fence()
+        await self._sync_fence()
 
     async def close(self) -> None:
         await self.gateway.close()
-        await self._refresh_fence()
+        await self._sync_fence()
 
-    async def _refresh_fence(self) -> None:
-        """Keep the nftables fence's exceptions equal to the policies' CIDRs; the table
-        exists only while this node serves a sandbox (see `fence.sweep`)."""
+    async def refresh_ceiling(self) -> Ceiling:
+        """Rebuild the ceiling from the host; apply it where it changed."""
+        config = self._config
+        pinned = await asyncio.to_thread(hostaddrs.interface_addresses, config.host_netns)
+        pinned |= await asyncio.to_thread(hostaddrs.host_addresses, config.protected_hosts)
+        ceiling = Ceiling.build(config.open_ranges, pinned)
+        if ceiling != self.gateway.ceiling:
+            self.gateway.set_ceiling(ceiling)
+            await self._sync_fence()
+        return ceiling
+
+    async def _sync_fence(self) -> None:
+        """Keep the nftables fence equal to the gateway's ceiling, and the ceiling fresh;
+        the table exists only while this node serves a sandbox (see `fence.sweep`)."""
         if not self.gateway.serving():
             if self._fenced is not None:
+                await self._watch.cancel_all()
                 await asyncio.to_thread(fence.remove, self._name, self._upstream_netns)
                 self._fenced = None
             return
-        wanted = self.gateway.allowed_networks()
-        if self._fenced is None:
+        wanted, first = self.gateway.ceiling, self._fenced is None
+        if first:
             await asyncio.to_thread(fence.sweep, self._upstream_netns)
         if wanted != self._fenced:
             await asyncio.to_thread(fence.apply, self._name, self._upstream_netns, wanted)
             self._fenced = wanted
+        if first:
+            self._watch.spawn(self._refresh_forever(), name="ceiling")
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.refresh_seconds)
+            try:
+                await self.refresh_ceiling()
+            except (OSError, ValueError, NetworkError) as exc:
+                log.warning("refreshing the egress ceiling failed (kept the last): %s", exc)
 
 
 async def _chunks(data: bytes) -> AsyncIterator[bytes]:

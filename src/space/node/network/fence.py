@@ -1,22 +1,21 @@
 """The second fence: nftables on the gateway's own upstream sockets.
 
 The gateway marks every upstream TCP socket (`SO_MARK`); in the namespace those
-sockets live in (the node's own, or a test's fake internet), marked packets to
-private, loopback, link-local (metadata), CGNAT, multicast or reserved IPv4 targets
-and to any IPv6 target are rejected, unless a sandbox policy names a CIDR holding the
-address. It backs up `space.gateway.fence`, which refuses the same targets first.
+sockets live in (the node's own, or a test's fake internet), marked packets to any
+IPv4 address the operator ceiling denies (`space.gateway.ceiling`: the same value
+the gateway decides with, operator-opened ranges already taken out, the node's own
+addresses included) and to any IPv6 target (upstream sockets are IPv4) are
+rejected. No tenant policy changes it. It backs up `space.gateway.fence`, which
+refuses the same targets first.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import subprocess
 import zlib
-from collections.abc import Iterable
 from pathlib import Path
 
-from space.gateway.fence import FENCED_V4
-from space.gateway.policy import IPNetwork
+from space.gateway.ceiling import Ceiling
 from space.node.network.netns import NETNS_DIR, NetworkError
 
 
@@ -29,32 +28,26 @@ def table_name(name: str) -> str:
     return f"space_fence_{name}"
 
 
-def render(name: str, exceptions: Iterable[IPNetwork]) -> str:
-    nets = list(exceptions)
-    v4 = ", ".join(str(n) for n in nets if isinstance(n, ipaddress.IPv4Network))
-    v6 = ", ".join(str(n) for n in nets if isinstance(n, ipaddress.IPv6Network))
-    fenced = ", ".join(str(n) for n in FENCED_V4)
+def render(name: str, ceiling: Ceiling) -> str:
+    denied = ", ".join(str(n) for n in ceiling.networks(4))
     return f"""
 table inet {table_name(name)} {{
-  set allowed4 {{ type ipv4_addr; flags interval; {f"elements = {{ {v4} }}" if v4 else ""} }}
-  set allowed6 {{ type ipv6_addr; flags interval; {f"elements = {{ {v6} }}" if v6 else ""} }}
+  set ceiling4 {{ type ipv4_addr; flags interval; elements = {{ {denied} }} }}
   chain output {{
     type filter hook output priority filter; policy accept;
     meta mark != {mark_for(name):#x} accept
-    ip daddr @allowed4 accept
-    ip6 daddr @allowed6 accept
-    ip daddr {{ {fenced} }} meta l4proto tcp reject with tcp reset
-    ip daddr {{ {fenced} }} drop
+    ip daddr @ceiling4 meta l4proto tcp reject with tcp reset
+    ip daddr @ceiling4 drop
     meta nfproto ipv6 drop
   }}
 }}
 """
 
 
-def apply(name: str, netns: str | None, exceptions: Iterable[IPNetwork]) -> None:
+def apply(name: str, netns: str | None, ceiling: Ceiling) -> None:
     """Replace the fence table atomically (in `netns`, or this process's namespace)."""
     table = table_name(name)
-    script = f"table inet {table}\ndelete table inet {table}\n" + render(name, exceptions)
+    script = f"table inet {table}\ndelete table inet {table}\n" + render(name, ceiling)
     _nft(netns, script)
 
 
