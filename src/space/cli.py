@@ -97,8 +97,22 @@ def _local_node(settings: Settings) -> LocalNode:
         progress=StderrProgress(),
         base_snapshots=settings.node.base_snapshots,
         warm_pools=settings.node.warm_pool,
-        egress=EgressConfig(settings.gateway.resolver, settings.gateway.ca_file),
+        egress=EgressConfig(
+            settings.gateway.resolver,
+            settings.gateway.ca_file,
+            open_ranges=settings.egress.open_cidrs,
+            protected_hosts=_protected_hosts(settings),
+            refresh_seconds=settings.egress.refresh_seconds,
+        ),
     )
+
+
+def _protected_hosts(settings: Settings) -> tuple[str, ...]:
+    """The API's listen host and the database's host: kept out of every sandbox's reach."""
+    from sqlalchemy.engine import make_url
+
+    database = make_url(settings.database_url).host
+    return tuple(host for host in (settings.server.host, database) if host)
 
 
 def cmd_api(args: argparse.Namespace) -> int:

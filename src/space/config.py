@@ -8,11 +8,15 @@ build one `Settings` and pass it down (`create_app(settings, node)`,
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveInt, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, PositiveInt, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from space.gateway.orgs import OrgPolicies
+from space.gateway.policy import PolicyError
 
 Accel = Literal["auto", "kvm", "tcg"]
 
@@ -71,6 +75,46 @@ class GatewayConfig(BaseSettings):
     ca_file: Path | None = None
 
 
+class EgressConfig(BaseSettings):
+    """The operator's egress limits (`SPACE_EGRESS_*`).
+
+    `open_cidrs`: comma-separated ranges lifted from the ceiling (special-purpose
+    ranges only: loopback, link-local, multicast and the node's own, control-plane
+    and database addresses stay denied). `refresh_seconds`: how often the node
+    re-reads its own addresses. `org_defaults` / `org_ceilings`: JSON maps of org
+    name (or `*`) to policy document, see `space.gateway.orgs`.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_EGRESS_", extra="ignore")
+
+    open_cidrs: Annotated[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...], NoDecode] = ()
+    refresh_seconds: float = Field(default=10.0, gt=0)
+    org_defaults: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    org_ceilings: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("open_cidrs", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _orgs_fit(self) -> EgressConfig:
+        orgs = self.org_policies()
+        try:
+            for org, ceiling in self.org_ceilings.items():
+                orgs.resolve(org, ceiling)
+            for org in self.org_defaults:
+                orgs.resolve(org, None)
+        except PolicyError as exc:
+            raise ValueError(f"SPACE_EGRESS_ORG_*: {exc}") from exc
+        return self
+
+    def org_policies(self) -> OrgPolicies:
+        return OrgPolicies(self.org_defaults, self.org_ceilings)
+
+
 class NodeConfig(BaseSettings):
     """`SPACE_NODE_*`, plus `SPACE_POOL_SIZE`: how the node worker uses this host."""
 
@@ -103,6 +147,7 @@ class Settings(BaseSettings):
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     node: NodeConfig = Field(default_factory=NodeConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    egress: EgressConfig = Field(default_factory=EgressConfig)
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from space.gateway.ceiling import DEFAULT, Ceiling
 from space.gateway.nsock import run_in_netns
 from space.node.network import fence
 
@@ -36,25 +37,35 @@ def _connect(netns: str, address: str, mark: int | None) -> str:
     return run_in_netns(netns, attempt)
 
 
-def test_marked_sockets_cannot_reach_fenced_ranges_unless_excepted() -> None:
+def test_marked_sockets_cannot_reach_the_ceiling_unless_the_operator_opened_it() -> None:
     netns, name = f"spfence{secrets.token_hex(3)}", f"t{secrets.token_hex(3)}"
     subprocess.run(["ip", "netns", "add", netns], check=True)
     try:
         subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
-        for address in ("10.0.0.5/32", "198.51.100.7/32"):
-            subprocess.run(["ip", "-n", netns, "addr", "add", address, "dev", "lo"], check=True)
+        addresses = ("10.0.0.5", "10.0.0.6", "192.0.3.7", "169.254.169.254")
+        for address in addresses:
+            subprocess.run(
+                ["ip", "-n", netns, "addr", "add", f"{address}/32", "dev", "lo"], check=True
+            )
         listeners = [
             run_in_netns(netns, lambda a=a: _listen(a))  # type: ignore[misc]
-            for a in ("127.0.0.1", "10.0.0.5", "198.51.100.7")
+            for a in ("127.0.0.1", *addresses)
         ]
         mark = fence.mark_for(name)
-        fence.apply(name, netns, [])
+        fence.apply(name, netns, DEFAULT)
         assert _connect(netns, "127.0.0.1", None) == "connected"
-        assert _connect(netns, "127.0.0.1", mark) == "refused"
-        assert _connect(netns, "10.0.0.5", mark) == "refused"
-        assert _connect(netns, "198.51.100.7", mark) == "connected"
-        fence.apply(name, netns, [ipaddress.ip_network("10.0.0.0/24")])
+        for fenced in ("127.0.0.1", "10.0.0.5", "169.254.169.254"):
+            assert _connect(netns, fenced, mark) == "refused", fenced
+        assert _connect(netns, "192.0.3.7", mark) == "connected"
+        opened = Ceiling.build(
+            [ipaddress.ip_network("10.0.0.0/24"), ipaddress.ip_network("169.254.0.0/16")],
+            [ipaddress.ip_address("10.0.0.6")],
+        )
+        fence.apply(name, netns, opened)
         assert _connect(netns, "10.0.0.5", mark) == "connected"
+        assert _connect(netns, "10.0.0.6", mark) == "refused"  # a node address
+        assert _connect(netns, "169.254.169.254", mark) == "refused"  # pinned
+        assert "10.0.0.6" in fence.render(name, opened)
         fence.remove(name, netns)
         assert _connect(netns, "127.0.0.1", mark) == "connected"
         for listener in listeners:
@@ -75,8 +86,8 @@ def test_sweep_removes_only_tables_without_namespaces(tmp_path) -> None:  # type
     netns, live, dead = f"spsweep{secrets.token_hex(3)}", "live1", "dead1"
     subprocess.run(["ip", "netns", "add", netns], check=True)
     try:
-        fence.apply(live, netns, [])
-        fence.apply(dead, netns, [])
+        fence.apply(live, netns, DEFAULT)
+        fence.apply(dead, netns, DEFAULT)
         (tmp_path / f"{live}-sandbox-1").touch()
         assert fence.sweep(netns, tmp_path) == [dead]
         tables = subprocess.run(

@@ -8,7 +8,7 @@ from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep
 from space.api.errors import ApiError
 from space.api.schemas import CreateSandbox, SandboxList, SandboxOut
 from space.control.expiry import expires_at
-from space.gateway.policy import Policy, PolicyError
+from space.gateway.policy import PolicyError
 from space.store.models import Sandbox
 from space.store.sandboxes import NewSandbox, SandboxRepo
 from space.store.states import DesiredState, SandboxState
@@ -47,7 +47,7 @@ async def create_sandbox(
             "template",
         )
     try:
-        Policy.parse(body.network)
+        network = state.settings.egress.org_policies().resolve(principal.org_name, body.network)
     except PolicyError as exc:
         raise ApiError(422, "invalid_network_policy", str(exc), "network") from exc
     new = NewSandbox(
@@ -57,7 +57,7 @@ async def create_sandbox(
         on_timeout=body.on_timeout,
         env=body.env,
         metadata=body.metadata,
-        network=body.network,
+        network=network,
     )
     with state.db.session() as session:
         sandbox_id = SandboxRepo(session).create(principal.org_id, principal.project_id, new).id
