@@ -17,8 +17,8 @@ import pytest_asyncio
 
 from space.node.client import SandboxSpec
 from space.node.local import LocalNode
-from space.node.network.egress import Egress, EgressConfig
-from tests.redteam.fakenet import DNS_IP, FakeInternet
+from space.node.network.egress import Egress
+from tests.redteam.fakenet import FakeInternet
 from tests.redteam.guests import Guest, NsGuest, VmGuest
 from tests.redteam.vethguest import VethGuest
 from tests.throwaway import throwaway_node
@@ -50,9 +50,7 @@ async def ns_guest(
         pytest.skip("the namespace guest runs the host's curl (apt-get install curl)")
     assert internet.ca_file is not None
     veth = VethGuest()
-    egress = Egress(
-        EgressConfig(f"{DNS_IP}:53", internet.ca_file, internet.netns), name=veth.prefix
-    )
+    egress = Egress(internet.egress_config(), name=veth.prefix)
     try:
         net = veth.create(egress.gateway)
         await egress.attach(veth.sandbox_id, net, None)
@@ -70,7 +68,7 @@ async def redteam_node(
 ) -> AsyncIterator[LocalNode]:
     if shutil.which("qemu-system-x86_64") is None:
         pytest.skip("VM red-team tests need qemu-system-x86")
-    egress = EgressConfig(f"{DNS_IP}:53", internet.ca_file, internet.netns)
+    egress = internet.egress_config()
     data_dir = tmp_path_factory.mktemp("redteam-node")
     async with throwaway_node(data_dir, "srt", egress=egress) as node:
         yield node

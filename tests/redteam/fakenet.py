@@ -7,12 +7,20 @@ packet reaches the host's own network. Parts:
 - `FakeWeb` servers (HTTP on 80, HTTPS on 443 with certificates of the fake internet's
   own CA, SNI-selected so one address can be a "CDN" for several names), echoing
   what they received and counting connections per address: the canaries.
+
+TEST-NET-2 (`FAKE_PUBLIC`) stands in for the public internet, so the suite's
+operator opens it (`egress_config`), and `OPENED_RANGE` as an operator-opened
+private range. `host_netns` plays the node's own interfaces for the ceiling: it
+holds `NODE_IP` (the fake internet serves that address too, as a canary that the
+ceiling must keep out of reach even inside the opened range); `CONTROL_IP` is the
+control plane's address.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import ipaddress
 import json
 import secrets
 import socket
@@ -28,12 +36,27 @@ from dnslib import QTYPE, RR, A, DNSRecord
 
 from space.gateway.ca import SandboxCA, server_context
 from space.gateway.nsock import NetnsSockets
+from space.node.network.egress import EgressConfig
 
 DNS_IP = "198.51.100.53"
 WEB_IP = "198.51.100.10"
 CDN_IP = "198.51.100.20"
 ATTACKER_IP = "203.0.113.66"
-CANARY_IPS = ("203.0.113.66", "169.254.169.254", "10.0.0.5", "127.0.0.1", "100.64.0.9")
+FAKE_PUBLIC = "198.51.100.0/24"
+OPENED_RANGE = "10.99.0.0/16"
+OPENED_IP = "10.99.0.7"
+NODE_IP = "198.51.100.99"
+GAINED_IP = "198.51.100.97"  # tests add it to `host_netns` while the node runs
+CONTROL_IP = "198.51.100.98"
+CANARY_IPS = (
+    "203.0.113.66",
+    "169.254.169.254",
+    "10.0.0.5",
+    "127.0.0.1",
+    "100.64.0.9",
+    NODE_IP,
+    CONTROL_IP,
+)
 ZONE = {
     "allowed.test": [WEB_IP],
     "other.test": [WEB_IP],
@@ -43,7 +66,7 @@ ZONE = {
     "evil.cdn.test": [CDN_IP],
     "attacker.test": [ATTACKER_IP],
 }
-ALL_IPS = (DNS_IP, WEB_IP, CDN_IP, *CANARY_IPS)
+ALL_IPS = (DNS_IP, WEB_IP, CDN_IP, OPENED_IP, GAINED_IP, *CANARY_IPS)
 
 
 def _sh(*argv: str) -> None:
@@ -101,6 +124,7 @@ class FakeInternet:
 
     def __init__(self) -> None:
         self.netns = f"fi{secrets.token_hex(3)}"
+        self.host_netns = f"{self.netns}host"
         self.ca = SandboxCA("fake-internet")
         self.dns = FakeDns()
         self.connections: Counter[tuple[str, int]] = Counter()
@@ -122,6 +146,19 @@ class FakeInternet:
             raise
         return net
 
+    def egress_config(self, refresh_seconds: float = 1.0) -> EgressConfig:
+        """The node's egress here: upstream sockets inside the fake internet, the
+        suite's operator ceiling (fake public and `OPENED_RANGE` opened)."""
+        return EgressConfig(
+            f"{DNS_IP}:53",
+            self.ca_file,
+            self.netns,
+            open_ranges=(ipaddress.ip_network(FAKE_PUBLIC), ipaddress.ip_network(OPENED_RANGE)),
+            protected_hosts=(CONTROL_IP,),
+            refresh_seconds=refresh_seconds,
+            host_netns=self.host_netns,
+        )
+
     def canary_hits(self) -> int:
         return sum(n for (ip, _), n in self.connections.items() if ip in CANARY_IPS)
 
@@ -131,6 +168,9 @@ class FakeInternet:
     async def _bring_up(self) -> None:
         _sh("ip", "netns", "add", self.netns)
         _sh("ip", "-n", self.netns, "link", "set", "lo", "up")
+        _sh("ip", "netns", "add", self.host_netns)
+        _sh("ip", "-n", self.host_netns, "link", "set", "lo", "up")
+        _sh("ip", "-n", self.host_netns, "addr", "add", f"{NODE_IP}/32", "dev", "lo")
         for address in ALL_IPS:
             if address != "127.0.0.1":
                 _sh("ip", "-n", self.netns, "addr", "add", f"{address}/32", "dev", "lo")
@@ -138,7 +178,7 @@ class FakeInternet:
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_datagram_endpoint(lambda: _DnsUdp(self.dns), sock=udp)
         self._transports.append(transport)
-        for address in (WEB_IP, CDN_IP, *CANARY_IPS):
+        for address in (WEB_IP, CDN_IP, OPENED_IP, GAINED_IP, *CANARY_IPS):
             await self._web(address, 80, tls=False)
             await self._web(address, 443, tls=True)
 
@@ -174,7 +214,8 @@ class FakeInternet:
         for server in self._servers:
             server.close()
         self._sockets.close()
-        subprocess.run(["ip", "netns", "delete", self.netns], capture_output=True, check=False)
+        for netns in (self.netns, self.host_netns):
+            subprocess.run(["ip", "netns", "delete", netns], capture_output=True, check=False)
 
 
 async def _serve_http(
