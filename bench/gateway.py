@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import json
 import tempfile
 from pathlib import Path
 
-from tests.redteam.fakenet import DNS_IP, WEB_IP, FakeInternet
+from tests.redteam.fakenet import DNS_IP, FAKE_PUBLIC, WEB_IP, FakeInternet
 from tests.redteam.vethguest import VethGuest
 
 from bench.stats import emit, percentile
 from space.gateway import Gateway
+from space.gateway.ceiling import Ceiling
 
 CLIENT = r"""
 import http.client, json, socket, ssl, sys, threading, time
@@ -90,7 +92,10 @@ async def main(requests: int, connections: int, megabytes: int) -> None:
         internet = await FakeInternet.start(directory)
         assert internet.ca_file is not None
         gateway = Gateway(
-            resolver=(DNS_IP, 53), ca_file=internet.ca_file, upstream_netns=internet.netns
+            resolver=(DNS_IP, 53),
+            ca_file=internet.ca_file,
+            upstream_netns=internet.netns,
+            ceiling=Ceiling.build([ipaddress.ip_network(FAKE_PUBLIC)]),  # TEST-NET as public
         )
         guest = VethGuest()
         try:

@@ -69,32 +69,40 @@ def hits(internet: FakeInternet, addresses: tuple[str, ...]) -> int:
     return sum(n for (ip, _), n in internet.connections.items() if ip in addresses)
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def bystander(guest: Guest) -> AsyncIterator[Guest]:
-    """Another sandbox on the same node and gateway as `guest`."""
-    if isinstance(guest, VmGuest):
-        sandbox_id = f"rb{secrets.token_hex(4)}"
-        spec = SandboxSpec(sandbox_id=sandbox_id, template="base", network=BYSTANDER)
-        await guest.node.create_sandbox(spec)
+@pytest.fixture(scope="module", params=["netns", pytest.param("vm", marks=pytest.mark.vm)])
+def neighbour(request: pytest.FixtureRequest) -> Guest:
+    """The suite's long-lived guest of each kind, here the bystander."""
+    value: Guest = request.getfixturevalue("ns_guest" if request.param == "netns" else "vm_guest")
+    return value
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def attacker(neighbour: Guest) -> AsyncIterator[Guest]:
+    """A fresh sandbox on the same node and gateway as `neighbour`."""
+    if isinstance(neighbour, VmGuest):
+        sandbox_id = f"ra{secrets.token_hex(4)}"
+        await neighbour.node.create_sandbox(SandboxSpec(sandbox_id=sandbox_id, template="base"))
         try:
-            yield VmGuest(guest.node, sandbox_id)
+            yield VmGuest(neighbour.node, sandbox_id)
         finally:
-            await guest.node.destroy_sandbox(sandbox_id)
+            await neighbour.node.destroy_sandbox(sandbox_id)
         return
-    assert isinstance(guest, NsGuest)
+    assert isinstance(neighbour, NsGuest)
     veth = VethGuest()
     try:
-        net = veth.create(guest.egress.gateway)
-        await guest.egress.attach(veth.sandbox_id, net, BYSTANDER)
-        yield NsGuest(guest.egress, veth, guest.ca_path)
+        net = veth.create(neighbour.egress.gateway)
+        await neighbour.egress.attach(veth.sandbox_id, net, None)
+        yield NsGuest(neighbour.egress, veth, neighbour.ca_path)
     finally:
-        await guest.egress.detach(veth.sandbox_id)
+        await neighbour.egress.detach(veth.sandbox_id)
         veth.delete()
 
 
 async def test_no_tenant_policy_reaches_the_ceiling(
-    guest: Guest, bystander: Guest, internet: FakeInternet
+    attacker: Guest, neighbour: Guest, internet: FakeInternet
 ) -> None:
+    guest, bystander = attacker, neighbour
+    await bystander.set_policy(BYSTANDER)
     before = hits(internet, CEILING)
     reached = internet.connections[(WEB_IP, 80)] + internet.connections[(OPENED_IP, 80)]
     urls = [f"http://{address}/" for address in (*CEILING, WEB_IP, OPENED_IP)]
@@ -118,8 +126,9 @@ async def test_no_tenant_policy_reaches_the_ceiling(
 
 
 async def test_names_resolving_into_the_ceiling_get_no_address(
-    guest: Guest, internet: FakeInternet
+    attacker: Guest, internet: FakeInternet
 ) -> None:
+    guest = attacker
     await guest.set_policy({"mode": "open"})
     before = hits(internet, CEILING)
     names = {f"c{secrets.token_hex(3)}.test": address for address in CEILING}
@@ -132,7 +141,8 @@ async def test_names_resolving_into_the_ceiling_get_no_address(
     assert hits(internet, CEILING) == before
 
 
-async def test_the_backstop_carries_the_ceiling(guest: Guest, internet: FakeInternet) -> None:
+async def test_the_backstop_carries_the_ceiling(attacker: Guest, internet: FakeInternet) -> None:
+    guest = attacker
     await guest.set_policy({"mode": "allowlist", "allow": ["0.0.0.0/0"]})
     before = hits(internet, CEILING)
     for address in CEILING:
@@ -143,8 +153,9 @@ async def test_the_backstop_carries_the_ceiling(guest: Guest, internet: FakeInte
 
 
 async def test_an_address_the_node_gains_is_out_of_reach_after_a_refresh(
-    guest: Guest, internet: FakeInternet
+    attacker: Guest, internet: FakeInternet
 ) -> None:
+    guest = attacker
     egress = _egress(guest)
     gained, url = ipaddress.ip_address(GAINED_IP), f"http://{GAINED_IP}/"
     await guest.set_policy({"mode": "allowlist", "allow": ["0.0.0.0/0"]})
@@ -170,7 +181,7 @@ async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
 
 async def marked_connect(guest: Guest, internet: FakeInternet, address: str) -> str:
     """Connect from the gateway's upstream namespace with its firewall mark."""
-    mark = fence.mark_for(guest.node.net_prefix if isinstance(guest, VmGuest) else _prefix(guest))
+    mark = fence.mark_for(_egress(guest).name)
 
     def attempt() -> str:
         with socket.socket() as sock:
@@ -185,11 +196,6 @@ async def marked_connect(guest: Guest, internet: FakeInternet, address: str) -> 
             return "connected"
 
     return await asyncio.to_thread(run_in_netns, internet.netns, attempt)
-
-
-def _prefix(guest: Guest) -> str:
-    assert isinstance(guest, NsGuest)
-    return guest.veth.prefix
 
 
 def _egress(guest: Guest) -> Egress:

@@ -79,7 +79,7 @@ class Egress:
 
     def __init__(self, config: EgressConfig | None = None, *, name: str = "space") -> None:
         config = config or EgressConfig()
-        self._name = name
+        self.name = name
         self._config = config
         self._upstream_netns = config.upstream_netns
         self._fenced: Ceiling | None = None
@@ -166,14 +166,14 @@ class Egress:
         if not self.gateway.serving():
             if self._fenced is not None:
                 await self._watch.cancel_all()
-                await asyncio.to_thread(fence.remove, self._name, self._upstream_netns)
+                await asyncio.to_thread(fence.remove, self.name, self._upstream_netns)
                 self._fenced = None
             return
         wanted, first = self.gateway.ceiling, self._fenced is None
         if first:
             await asyncio.to_thread(fence.sweep, self._upstream_netns)
         if wanted != self._fenced:
-            await asyncio.to_thread(fence.apply, self._name, self._upstream_netns, wanted)
+            await asyncio.to_thread(fence.apply, self.name, self._upstream_netns, wanted)
             self._fenced = wanted
         if first:
             self._watch.spawn(self._refresh_forever(), name="ceiling")
