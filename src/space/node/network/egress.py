@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from space.gateway import Gateway, Policy, UnknownSandbox
-from space.gateway.ceiling import Ceiling, IPNetwork
+from space.gateway.ceiling import Ceiling, IPAddress, IPNetwork
 from space.node.agent import AgentClient
 from space.node.client import ExecRequest
 from space.node.network import fence, firewall, hostaddrs
@@ -31,6 +31,7 @@ from space.node.network.netns import NetworkError, SandboxNetwork
 from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
+RESOLVE_TIMEOUT = 5.0
 
 GUEST_CA = "/usr/local/share/ca-certificates/space-gateway.crt"
 GUEST_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -83,6 +84,7 @@ class Egress:
         self._config = config
         self._upstream_netns = config.upstream_netns
         self._fenced: Ceiling | None = None
+        self._protected: set[IPAddress] = set()
         self._watch = TaskSet(f"egress-{name}")
         self.gateway = Gateway(
             resolver=config.resolver_address(),
@@ -153,8 +155,13 @@ class Egress:
         """Rebuild the ceiling from the host; apply it where it changed."""
         config = self._config
         pinned = await asyncio.to_thread(hostaddrs.interface_addresses, config.host_netns)
-        pinned |= await asyncio.to_thread(hostaddrs.host_addresses, config.protected_hosts)
-        ceiling = Ceiling.build(config.open_ranges, pinned)
+        try:
+            async with asyncio.timeout(RESOLVE_TIMEOUT):
+                found = await asyncio.to_thread(hostaddrs.host_addresses, config.protected_hosts)
+            self._protected |= found  # kept: a host that moves leaves its old address pinned
+        except TimeoutError:
+            log.warning("resolving the protected hosts timed out; keeping the last addresses")
+        ceiling = Ceiling.build(config.open_ranges, pinned | self._protected)
         if ceiling != self.gateway.ceiling:
             self.gateway.set_ceiling(ceiling)
             await self._sync_fence()
