@@ -1,7 +1,8 @@
 """Egress gateway: per-sandbox DNS resolver and HTTP/TLS proxy behind one policy decision.
 
-Sans-io core: `names` (host normalisation), `policy` (`decide`), `fence` (upstream
-address ranges), `checks` (HTTP request checks), `dnsanswer`, `ca`. Socket handling:
+Sans-io core: `names` (host normalisation), `policy` (`decide`), `ceiling` (the
+operator's node-wide deny set), `fence` (upstream addresses), `orgs` (per-org
+defaults and ceilings), `checks` (HTTP request checks), `dnsanswer`, `ca`. Socket handling:
 `nsock`, `dnsserver`, `proxy`, `http1`, `http2`, `exchange`, `upstream`, `gateway`.
 """
 
