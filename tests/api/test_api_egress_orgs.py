@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from space.cli import _protected_hosts
 from space.config import EgressConfig, Settings
 from space.store.db import Database
 from space.store.sandboxes import SandboxRepo
@@ -65,3 +66,36 @@ async def test_a_policy_inside_the_ceiling_is_stored_narrowed(
     assert response.status_code == 201, response.text
     policy = stored(db, response.json()["id"])
     assert isinstance(policy, dict) and policy["deny"] == ["gist.github.com"]
+
+
+def test_the_operator_config_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPACE_EGRESS_OPEN_CIDRS", "10.20.0.0/16, fd00:1::/64")
+    monkeypatch.setenv("SPACE_EGRESS_ORG_CEILINGS", '{"*": {"mode": "open", "deny": ["x.test"]}}')
+    monkeypatch.setenv("SPACE_DATABASE_URL", "postgresql+psycopg://u:p@10.20.0.9:5432/space")
+    monkeypatch.setenv("SPACE_HOST", "10.20.0.8")
+    settings = Settings()
+    assert [str(n) for n in settings.egress.open_cidrs] == ["10.20.0.0/16", "fd00:1::/64"]
+    assert settings.egress.org_policies().resolve("any", {"mode": "open"}) == {
+        "mode": "open",
+        "allow": [],
+        "deny": ["x.test"],
+        "websocket": False,
+    }
+    assert _protected_hosts(settings) == ("10.20.0.8", "10.20.0.9")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("SPACE_EGRESS_OPEN_CIDRS", "10.20.0.1/16"),
+        ("SPACE_EGRESS_ORG_CEILINGS", '{"acme": {"mode": "wide"}}'),
+        ("SPACE_EGRESS_ORG_DEFAULTS", '{"acme": {"mode": "open"}}'),
+    ],
+)
+def test_a_bad_operator_config_fails_at_startup(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv("SPACE_EGRESS_ORG_CEILINGS", '{"acme": {"mode": "none"}}')
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError):
+        Settings()
