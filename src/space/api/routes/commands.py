@@ -13,8 +13,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Response
 from fastapi.responses import StreamingResponse
 
-from space.api.deps import SandboxDep, SessionDep, StateDep, require_running
+from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep, require_running
 from space.api.errors import ApiError
+from space.api.quotas import admit_command
+from space.api.revocation import KeyWatch
 from space.api.schemas import CommandCreated, ExecBody, ExecOut, SignalBody, StdinBody
 from space.api.sse import event_stream
 from space.node.client import ExecRequest
@@ -63,7 +65,14 @@ async def start_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) ->
     request = to_request(body)
     await require_running(state, sandbox)
     argv: dict[str, Any] = {"cmd": body.cmd} if body.cmd is not None else {"args": body.args}
-    command_id = await state.commands.start(sandbox.id, request, argv)
+    command_id = await state.commands.start(
+        sandbox.id,
+        request,
+        argv,
+        admit=lambda session: admit_command(
+            session, state.settings.quotas, sandbox.org_id, sandbox.id
+        ),
+    )
     return CommandCreated(id=command_id)
 
 
@@ -75,14 +84,17 @@ async def start_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) ->
 async def command_events(
     command_id: str,
     sandbox: SandboxDep,
+    principal: PrincipalDep,
     state: StateDep,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
-    """`stdout`/`stderr`/`exit` events as SSE; `Last-Event-ID` resumes after that id."""
+    """`stdout`/`stderr`/`exit` events as SSE; `Last-Event-ID` resumes after that id.
+    The stream ends soon after its key is revoked or expires."""
     after = _parse_last_event_id(last_event_id)
     records = state.commands.events(sandbox.id, command_id, after)
+    watch = KeyWatch(state.db, principal.key_id, state.settings.keys.revocation_check)
     return StreamingResponse(
-        event_stream(records),
+        event_stream(watch.guard(records)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -1,0 +1,35 @@
+"""Per-org quotas at admission: a sandbox create or a process start is refused
+with 429 `quota_exceeded` (the `field` names the quota) when the org or sandbox
+is at its limit. Count and insert share one transaction under the org's lock
+(`store.quotas`), so concurrent admissions never overshoot."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from space.api.errors import ApiError
+from space.config import QuotaConfig
+from space.store import quotas
+from space.store.keys import Principal
+
+
+def admit_sandbox(session: Session, config: QuotaConfig, principal: Principal) -> None:
+    limits = config.for_org(principal.org_name)
+    try:
+        quotas.admit_sandbox(session, principal.org_id, limits.sandboxes)
+    except quotas.QuotaExceeded as exc:
+        raise ApiError(429, "quota_exceeded", str(exc), exc.quota) from exc
+
+
+def admit_command(session: Session, config: QuotaConfig, org_id: str, sandbox_id: str) -> None:
+    limits = config.for_org(quotas.org_name(session, org_id))
+    try:
+        quotas.admit_command(
+            session,
+            org_id,
+            sandbox_id,
+            per_org=limits.commands,
+            per_sandbox=limits.commands_per_sandbox,
+        )
+    except quotas.QuotaExceeded as exc:
+        raise ApiError(429, "quota_exceeded", str(exc), exc.quota) from exc
