@@ -4,9 +4,10 @@ Uploads are multipart (`file` parts; the `path` query names a single file, else
 each part's filename is its path) or a raw `application/octet-stream` body,
 optionally gzip-encoded. Either way the answer lists what was written.
 
-With a `path` the body must be exactly one `file` part whose filename, if any,
-is that path; a signed URL (which signs one path) must name it. Anything else is
-refused before a byte is written: a URL signed for one path writes only that path.
+With a `path` the body must be exactly one `file` part whose filename is that
+path or a bare local file name (never used); a signed URL (which signs one path)
+must name it. Anything else is refused before a byte is written: a URL signed for
+one path writes only that path.
 """
 
 from __future__ import annotations
@@ -103,9 +104,15 @@ def _targets(form: FormData, path: str | None) -> list[tuple[str, UploadFile]]:
     if path is None:
         return [(_absolute(part.filename), part) for part in uploads]
     target = _absolute(path)
-    if len(uploads) != 1 or (uploads[0].filename and _absolute(uploads[0].filename) != target):
-        raise E2bError(400, f"with `path` the body must be one `file` part for {path}")
+    if len(uploads) != 1 or _other_path(uploads[0].filename, target):
+        raise E2bError(400, f"with `path` the body must be one `file` part, for {path}")
     return [(target, uploads[0])]
+
+
+def _other_path(filename: str | None, target: str) -> bool:
+    """Whether a part's filename names a path other than `target`. A bare name
+    (`curl -F file=@local.txt`) is the client's local file name, never used."""
+    return bool(filename) and "/" in str(filename) and _absolute(filename) != target
 
 
 async def _write(state: AppState, sandbox_id: str, path: str, chunks: AsyncIterator[bytes]) -> None:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from space.api.deps import PrincipalDep, SessionDep
+from space.api.deps import PrincipalDep, SessionDep, StateDep
 from space.api.errors import ApiError
 from space.store.keys import KeyInfo, KeyRepo, Principal
 from space.store.models import utcnow
@@ -75,15 +75,17 @@ async def list_keys(principal: PrincipalDep, session: SessionDep) -> KeyList:
 
 
 @router.post("", status_code=201)
-async def create_key(body: CreateKey, principal: PrincipalDep, session: SessionDep) -> KeyCreated:
-    """A new (non-admin) key for the caller's org, or any org for the operator."""
+async def create_key(body: CreateKey, principal: PrincipalDep, state: StateDep) -> KeyCreated:
+    """A new (non-admin) key for the caller's org, or any org for the operator.
+    (Mutations commit before the answer: the key works, or is revoked, once it is sent.)"""
     org = body.org or principal.org_name
     if org != principal.org_name and not principal.is_admin:
         raise ApiError(403, "forbidden", "an org's key can only create keys of its org", "org")
     expires = utcnow() + timedelta(seconds=body.expires_in) if body.expires_in else None
-    repo = KeyRepo(session)
-    issued = repo.issue(org, body.project, expires_at=expires)
-    info = to_out(repo.get(issued.key_id))
+    with state.db.session() as session:
+        repo = KeyRepo(session)
+        issued = repo.issue(org, body.project, expires_at=expires)
+        info = to_out(repo.get(issued.key_id))
     return KeyCreated(**info.model_dump(), key=issued.key)
 
 
@@ -93,7 +95,8 @@ async def get_key(key_id: str, principal: PrincipalDep, session: SessionDep) -> 
 
 
 @router.delete("/{key_id}", status_code=204)
-async def revoke_key(key_id: str, principal: PrincipalDep, session: SessionDep) -> Response:
+async def revoke_key(key_id: str, principal: PrincipalDep, state: StateDep) -> Response:
     """Revoke at once: API, streams, E2B, envd tokens and signed URLs of the key stop."""
-    KeyRepo(session).revoke(key_id, _scope(principal))
+    with state.db.session() as session:
+        KeyRepo(session).revoke(key_id, _scope(principal))
     return Response(status_code=204)
