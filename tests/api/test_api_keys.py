@@ -20,9 +20,7 @@ from tests.conftest import ADMIN_KEY, ServerThread
 
 
 def _client(server: ServerThread, key: str) -> httpx.Client:
-    return httpx.Client(
-        base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=10
-    )
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=10)
 
 
 @pytest.fixture
@@ -64,9 +62,7 @@ def test_an_org_key_lists_creates_and_revokes_only_its_own_orgs_keys(
         assert KeyRepo(session).is_valid(globex_id)
 
 
-def test_the_admin_key_sees_and_revokes_every_orgs_keys(
-    admin: httpx.Client, db: Database
-) -> None:
+def test_the_admin_key_sees_and_revokes_every_orgs_keys(admin: httpx.Client, db: Database) -> None:
     _, acme_id = _issue(db, "acme")
     made = admin.post("/v1/keys", json={"org": "globex"}).json()
     assert made["org"] == "globex"
@@ -95,10 +91,13 @@ def test_a_key_revoked_mid_stream_ends_its_sse_stream_and_another_key_still_read
                     assert admin.delete(f"/v1/keys/{doomed_id}").status_code == 204
                 assert ticks < 100, "the stream outlived its key"
         assert doomed.get(url).status_code == 401
-        assert doomed.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": "echo x"}).status_code == 401
-        assert other.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": "echo hi"}).json()[
-            "stdout"
-        ] == "hi\n"
+        assert (
+            doomed.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": "echo x"}).status_code == 401
+        )
+        assert (
+            other.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": "echo hi"}).json()["stdout"]
+            == "hi\n"
+        )
         with other.stream("GET", url) as response:
             assert response.status_code == 200
             next(frames(response))  # still streams for a valid key

@@ -35,31 +35,37 @@ def _create(store: Database, org_id: str, limit: int) -> str:
         return SandboxRepo(session).create(org_id, None, NewSandbox("base", 60)).id
 
 
+def _race(store: Database, org_id: str, contenders: int, *, limit: int) -> list[str]:
+    """`contenders` threads create at once; what each got."""
+    barrier = threading.Barrier(contenders)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def contend() -> None:
+        barrier.wait()
+        try:
+            _create(store, org_id, limit=limit)
+            outcome = "created"
+        except quotas.QuotaExceeded as exc:
+            outcome = exc.quota
+        with lock:
+            outcomes.append(outcome)
+
+    threads = [threading.Thread(target=contend) for _ in range(contenders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return outcomes
+
+
 def test_concurrent_creates_never_both_take_the_last_slot(store: Database) -> None:
     org_id = _org(store)
     for _ in range(2):
         _create(store, org_id, limit=3)
     rounds, contenders = 5, 4
     for _ in range(rounds):
-        barrier = threading.Barrier(contenders)
-        outcomes: list[str] = []
-        lock = threading.Lock()
-
-        def contend() -> None:
-            barrier.wait()
-            try:
-                _create(store, org_id, limit=3)
-                outcome = "created"
-            except quotas.QuotaExceeded as exc:
-                outcome = exc.quota
-            with lock:
-                outcomes.append(outcome)
-
-        threads = [threading.Thread(target=contend) for _ in range(contenders)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
+        outcomes = _race(store, org_id, contenders, limit=3)
         assert sorted(outcomes) == ["created"] + ["sandboxes_per_org"] * (contenders - 1)
         with store.session() as session:
             assert quotas.live_sandboxes(session, org_id) == 3

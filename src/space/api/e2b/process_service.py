@@ -25,6 +25,7 @@ from space.api.e2b.messages import (
 from space.api.e2b.processes import Follow, LiveProcess, ProcessConfig
 from space.api.e2b.routing import EnvdTarget
 from space.api.e2b.streams import get_within, stream_response
+from space.api.errors import ApiError
 from space.api.quotas import admit_command
 from space.api.revocation import KeyWatch
 from space.api.state import AppState
@@ -93,7 +94,10 @@ async def connect(request: Request, target: EnvdDep, front: FrontDep, state: Sta
 def _reserve(state: AppState, target: EnvdTarget, config: ProcessConfig) -> str:
     """A command row holding the process's quota slot (429 when none is left)."""
     with state.db.session() as session:
-        admit_command(session, state.settings.quotas, target.org_id, target.sandbox_id)
+        try:
+            admit_command(session, state.settings.quotas, target.org_id, target.sandbox_id)
+        except ApiError as exc:
+            raise ConnectError("resource_exhausted", f"{exc.code}: {exc.message}") from exc
         argv = {"args": [config.cmd, *config.args]}
         return CommandRepo(session).create(target.sandbox_id, argv).id
 
