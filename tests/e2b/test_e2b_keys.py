@@ -15,7 +15,7 @@ from e2b import Sandbox
 from e2b.exceptions import AuthenticationException, SandboxException
 
 from space.api.e2b.tokens import AccessTokens, signature_of
-from space.config import QuotaConfig, Settings
+from space.config import KeysConfig, QuotaConfig, Settings
 from space.store.db import Database
 from space.store.keys import KeyRepo
 from tests.conftest import ServerThread
@@ -127,7 +127,25 @@ def test_access_tokens_expire_after_their_ttl_and_are_bound_to_sandbox_and_key()
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
     settings.quotas = QuotaConfig(sandboxes=1, commands_per_sandbox=1)
+    settings.keys = KeysConfig(revocation_check=0.2)
     return settings
+
+
+def test_open_envd_streams_end_soon_after_their_key_is_revoked(
+    db: Database, fake_node: FakeNode, keys: Callable[[], tuple[str, str]]
+) -> None:
+    key, key_id = keys()
+    sandbox = Sandbox.create(api_key=key)
+    running = sandbox.commands.run("sleep 100", background=True)
+    sandbox.files.make_dir("/root/w")
+    watcher = sandbox.files.watch_dir("/root/w")
+    revoked_at = time.monotonic()
+    _revoke(db, key_id)
+    with pytest.raises(AuthenticationException):
+        running.wait()  # the process stream ends with `unauthenticated`
+    assert time.monotonic() - revoked_at < 5
+    with pytest.raises(AuthenticationException):
+        watcher.get_new_events()
 
 
 def test_e2b_creates_and_process_starts_are_held_to_the_quotas(

@@ -115,9 +115,12 @@ def test_a_revoked_key_loses_every_path_to_its_running_sandbox(
             assert ended, "the SSE stream outlived its revoked key"
             bound = REVOCATION_CHECK + KEEPALIVE + 2.0
             assert ended[0] - revoked_at < bound
-            assert mine.post(
-                f"/v1/sandboxes/{sandbox.sandbox_id}/exec", json={"cmd": "true"}
-            ).status_code == 401
+            assert (
+                mine.post(
+                    f"/v1/sandboxes/{sandbox.sandbox_id}/exec", json={"cmd": "true"}
+                ).status_code
+                == 401
+            )
             assert mine.get(events).status_code == 401
             with pytest.raises(AuthenticationException):
                 sandbox.commands.run("echo hi")  # envd, the revoked key's token
