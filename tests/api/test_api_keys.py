@@ -136,6 +136,8 @@ def test_quotas_answer_429_naming_the_quota(
         start(acme, first, "wait")
         busy = acme.post(f"/v1/sandboxes/{first}/commands", json={"cmd": "wait"})
         assert busy.status_code == 429 and busy.json()["error"]["field"] == "commands_per_sandbox"
+        blocked = acme.post(f"/v1/sandboxes/{first}/exec", json={"cmd": "echo x"})
+        assert blocked.status_code == 429  # a synchronous exec needs a slot too
         second = acme.get("/v1/sandboxes").json()["sandboxes"][1]["id"]
         start(acme, second, "wait")
         full = acme.post(f"/v1/sandboxes/{second}/commands", json={"cmd": "wait"})

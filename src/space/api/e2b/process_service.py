@@ -26,10 +26,9 @@ from space.api.e2b.processes import Follow, LiveProcess, ProcessConfig
 from space.api.e2b.routing import EnvdTarget
 from space.api.e2b.streams import get_within, stream_response
 from space.api.errors import ApiError
-from space.api.quotas import admit_command
+from space.api.quotas import release_command, reserve_command
 from space.api.revocation import KeyWatch
 from space.api.state import AppState
-from space.store.commands import CommandRepo
 
 router = APIRouter(prefix="/process.Process", route_class=ConnectRoute, include_in_schema=False)
 
@@ -92,19 +91,18 @@ async def connect(request: Request, target: EnvdDep, front: FrontDep, state: Sta
 
 
 def _reserve(state: AppState, target: EnvdTarget, config: ProcessConfig) -> str:
-    """A command row holding the process's quota slot (429 when none is left)."""
-    with state.db.session() as session:
-        try:
-            admit_command(session, state.settings.quotas, target.org_id, target.sandbox_id)
-        except ApiError as exc:
-            raise ConnectError("resource_exhausted", f"{exc.code}: {exc.message}") from exc
-        argv = {"args": [config.cmd, *config.args]}
-        return CommandRepo(session).create(target.sandbox_id, argv).id
+    """A command row holding the process's quota slot (`resource_exhausted` if none)."""
+    argv = {"args": [config.cmd, *config.args]}
+    try:
+        return reserve_command(
+            state.db, state.settings.quotas, target.org_id, target.sandbox_id, argv
+        )
+    except ApiError as exc:
+        raise ConnectError("resource_exhausted", f"{exc.code}: {exc.message}") from exc
 
 
 def _release(state: AppState, command_id: str) -> None:
-    with state.db.session() as session:
-        CommandRepo(session).finish(command_id, None)
+    release_command(state.db, command_id)
 
 
 def _watch(state: AppState, target: EnvdTarget) -> KeyWatch:

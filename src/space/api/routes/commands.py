@@ -15,7 +15,7 @@ from fastapi.responses import StreamingResponse
 
 from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep, require_running
 from space.api.errors import ApiError
-from space.api.quotas import admit_command
+from space.api.quotas import admit_command, release_command, reserve_command
 from space.api.revocation import KeyWatch
 from space.api.schemas import CommandCreated, ExecBody, ExecOut, SignalBody, StdinBody
 from space.api.sse import event_stream
@@ -47,11 +47,16 @@ async def exec_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) -> 
     request = replace(to_request(body), timeout=timeout)
     await require_running(state, sandbox)
     limit = timeout + EXEC_GRACE_SECONDS
+    slot = reserve_command(state.db, state.settings.quotas, sandbox.org_id, sandbox.id, _argv(body))
+    exit_code: int | None = None
     try:
         async with asyncio.timeout(limit):
             result = await state.node.exec(sandbox.id, request)
+        exit_code = result.exit_code
     except TimeoutError as exc:
         raise ApiError(504, "exec_timeout", f"command did not finish within {limit:.0f}s") from exc
+    finally:
+        release_command(state.db, slot, exit_code)
     return ExecOut(
         exit_code=result.exit_code,
         stdout=result.stdout.decode(errors="replace"),
@@ -64,11 +69,10 @@ async def start_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) ->
     """Start a background command; follow it with `GET .../commands/{cid}/events`."""
     request = to_request(body)
     await require_running(state, sandbox)
-    argv: dict[str, Any] = {"cmd": body.cmd} if body.cmd is not None else {"args": body.args}
     command_id = await state.commands.start(
         sandbox.id,
         request,
-        argv,
+        _argv(body),
         admit=lambda session: admit_command(
             session, state.settings.quotas, sandbox.org_id, sandbox.id
         ),
@@ -121,6 +125,10 @@ async def command_signal(
     CommandRepo(session).get(sandbox.id, command_id)
     await state.commands.signal(command_id, _signum(body.signal))
     return Response(status_code=204)
+
+
+def _argv(body: ExecBody) -> dict[str, Any]:
+    return {"cmd": body.cmd} if body.cmd is not None else {"args": body.args}
 
 
 def _parse_last_event_id(value: str | None) -> int:
