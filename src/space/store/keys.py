@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, and_, or_, select, update
+from sqlalchemy import ColumnElement, Select, and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from space.store.errors import NotFound
@@ -164,22 +164,16 @@ class KeyRepo:
 
     def list_keys(self, org_id: str | None = None) -> list[KeyInfo]:
         """Every key (of `org_id` when given), oldest first, revoked ones included."""
-        query = (
-            select(ApiKey, Org.name, Project.name)
-            .join(Org, Org.id == ApiKey.org_id)
-            .outerjoin(Project, Project.id == ApiKey.project_id)
-            .order_by(ApiKey.created_at, ApiKey.id)
-        )
-        if org_id is not None:
-            query = query.where(ApiKey.org_id == org_id)
-        return [_info(row, org, project) for row, org, project in self.session.execute(query)]
+        rows = self.session.execute(_listing(org_id))
+        return [_info(key, org, project) for key, org, project in rows]
 
     def get(self, key_id: str, org_id: str | None = None) -> KeyInfo:
         """One key (of `org_id` when given: another org's key is not found)."""
-        for info in self.list_keys(org_id):
-            if info.id == key_id:
-                return info
-        raise NotFound("key", key_id)
+        row = self.session.execute(_listing(org_id).where(ApiKey.id == key_id)).first()
+        if row is None:
+            raise NotFound("key", key_id)
+        key, org, project = row
+        return _info(key, org, project)
 
     def revoke(self, key_id: str, org_id: str | None = None) -> KeyInfo:
         """Revoke the key now (idempotent: a revoked key keeps its first revocation time)."""
@@ -191,6 +185,17 @@ class KeyRepo:
             .execution_options(synchronize_session=False)
         )
         return self.get(key_id, org_id)
+
+
+def _listing(org_id: str | None) -> Select[ApiKey, str, str]:
+    """Keys with their org's and project's names (the project's is None without one)."""
+    query = (
+        select(ApiKey, Org.name, Project.name)
+        .join(Org, Org.id == ApiKey.org_id)
+        .outerjoin(Project, Project.id == ApiKey.project_id)
+        .order_by(ApiKey.created_at, ApiKey.id)
+    )
+    return query if org_id is None else query.where(ApiKey.org_id == org_id)
 
 
 def _valid() -> ColumnElement[bool]:

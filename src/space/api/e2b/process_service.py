@@ -72,10 +72,10 @@ async def start(request: Request, target: EnvdDep, front: FrontDep, state: State
                 stdin=pty is not None or body.stdin is None or body.stdin,
                 pty=pty,
                 tag=body.tag,
-                on_end=lambda: _release(state, slot),
+                on_end=lambda exit_code: release_command(state.db, slot, exit_code),
             )
     except BaseException:
-        _release(state, slot)
+        release_command(state.db, slot)
         raise
     return _follow(request, front, live, follow, _watch(state, target))
 
@@ -99,10 +99,6 @@ def _reserve(state: AppState, target: EnvdTarget, config: ProcessConfig) -> str:
         )
     except ApiError as exc:
         raise ConnectError("resource_exhausted", f"{exc.code}: {exc.message}") from exc
-
-
-def _release(state: AppState, command_id: str) -> None:
-    release_command(state.db, command_id)
 
 
 def _watch(state: AppState, target: EnvdTarget) -> KeyWatch:
