@@ -1,7 +1,8 @@
 """Must-show 6 on a real microVM under `space up`: a key revoked while its sandbox
 runs can no longer reach it — /v1 API, an open SSE stream, E2B REST, envd and its
 signed URLs — while another key of the same org still can; an expired signed URL
-is refused; a two-part upload to a one-path signed URL writes nothing at all.
+is refused; a two-part upload to a one-path signed URL writes nothing at all; and
+another tenant's sandbox keeps answering exec throughout.
 
 The keys are made, listed and revoked with the `space keys` CLI, as an operator
 would; the E2B side is the unmodified SDK.
@@ -76,7 +77,23 @@ def test_a_revoked_key_loses_every_path_to_its_running_sandbox(
 ) -> None:
     doomed = keys_cli(space, "create", "--org", "tenant")
     other = keys_cli(space, "create", "--org", "tenant")
-    assert isinstance(doomed, dict) and isinstance(other, dict)
+    bystander = keys_cli(space, "create", "--org", "bystander")
+    assert isinstance(doomed, dict) and isinstance(other, dict) and isinstance(bystander, dict)
+    with v1(space, bystander["key"]) as neighbour:
+        neighbour_sandbox = space.create(neighbour)
+        try:
+            _revoke_and_probe(space, monkeypatch, doomed, other)
+            assert exec_code(neighbour, neighbour_sandbox, "true") == 0  # another tenant: fine
+        finally:
+            assert neighbour.delete(f"/v1/sandboxes/{neighbour_sandbox}").status_code == 204
+
+
+def _revoke_and_probe(
+    space: SpaceServer,
+    monkeypatch: pytest.MonkeyPatch,
+    doomed: dict[str, str],
+    other: dict[str, str],
+) -> None:
     point_sdk_at(monkeypatch, space.url, doomed["key"])
     sandbox = Sandbox.create(api_key=doomed["key"], timeout=300)
     space.seen.add(sandbox.sandbox_id)
