@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
+from datetime import timedelta
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ from space.sdk import Sandbox, SandboxInfo, SpaceError, TransportError
 
 if TYPE_CHECKING:
     from space.node.local import LocalNode
+    from space.store.keys import KeyInfo
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -178,17 +180,112 @@ async def _uvicorn(app: Any, settings: Settings) -> None:
 def cmd_keys_create(args: argparse.Namespace) -> int:
     from space.api.bootstrap import open_database
     from space.store.keys import KeyRepo
+    from space.store.models import utcnow
+
+    expires = utcnow() + timedelta(seconds=args.expires_in) if args.expires_in else None
+    db = open_database(settings_from(args))
+    try:
+        with db.session() as session:
+            issued = KeyRepo(session).issue(args.org, args.project, expires_at=expires)
+    finally:
+        db.dispose()
+    if args.json:
+        expires_at = issued.expires_at.isoformat() if issued.expires_at else None
+        out(
+            json.dumps(
+                {
+                    "key": issued.key,
+                    "id": issued.key_id,
+                    "org": issued.org,
+                    "project": issued.project,
+                    "expires_at": expires_at,
+                }
+            )
+        )
+    else:
+        out(issued.key)
+    return 0
+
+
+def _key_json(info: KeyInfo) -> dict[str, object]:
+    when = {
+        "created_at": info.created_at,
+        "expires_at": info.expires_at,
+        "revoked_at": info.revoked_at,
+    }
+    fields: dict[str, object] = {
+        "id": info.id,
+        "prefix": info.prefix,
+        "org": info.org,
+        "project": info.project,
+        "admin": info.is_admin,
+    }
+    return fields | {name: value.isoformat() if value else None for name, value in when.items()}
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    """Every key (of `--org`): id, prefix, status; never a key's value."""
+    from space.api.bootstrap import open_database
+    from space.store.keys import KeyRepo
 
     db = open_database(settings_from(args))
     try:
         with db.session() as session:
-            issued = KeyRepo(session).issue(args.org, args.project)
+            keys = KeyRepo(session).list_keys()
+    finally:
+        db.dispose()
+    keys = [info for info in keys if args.org in (None, info.org)]
+    if args.json:
+        out(json.dumps([_key_json(info) for info in keys]))
+        return 0
+    rows = [
+        (
+            info.id,
+            info.prefix,
+            info.org,
+            info.project or "",
+            _key_status(info),
+            info.expires_at or "",
+        )
+        for info in keys
+    ]
+    table(rows, ["ID", "PREFIX", "ORG", "PROJECT", "STATUS", "EXPIRES"])
+    return 0
+
+
+def _key_status(info: KeyInfo) -> str:
+    from space.store.models import utcnow
+
+    if info.revoked_at is not None:
+        return "revoked"
+    if info.expires_at is not None and info.expires_at <= utcnow():
+        return "expired"
+    return "admin" if info.is_admin else "active"
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    """Revoke keys by id: every path they reach stops at once."""
+    from space.api.bootstrap import open_database
+    from space.store.errors import NotFound
+    from space.store.keys import KeyRepo
+
+    db = open_database(settings_from(args))
+    revoked: list[KeyInfo] = []
+    try:
+        for key_id in args.ids:
+            with db.session() as session:
+                try:
+                    revoked.append(KeyRepo(session).revoke(key_id))
+                except NotFound as exc:
+                    err(f"error: {exc}")
+                    return 1
     finally:
         db.dispose()
     if args.json:
-        out(json.dumps({"key": issued.key, "org": issued.org, "project": issued.project}))
+        out(json.dumps([_key_json(info) for info in revoked]))
     else:
-        out(issued.key)
+        for info in revoked:
+            out(f"revoked {info.id} ({info.prefix}…, org {info.org})")
     return 0
 
 
@@ -366,6 +463,12 @@ def _command(sub: Any, name: str, handler: Handler, help_text: str) -> argparse.
     return parser
 
 
+def _positive_seconds(value: str) -> int:
+    if not value.isdigit() or int(value) <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
+    return int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="space", description="SPACE microVM sandboxes")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -382,8 +485,19 @@ def build_parser() -> argparse.ArgumentParser:
     create_key = _command(keys, "create", cmd_keys_create, "make an API key")
     create_key.add_argument("--org", required=True)
     create_key.add_argument("--project")
+    create_key.add_argument(
+        "--expires-in", type=_positive_seconds, metavar="SECONDS", help="the key expires then"
+    )
     _json_flag(create_key)
     _server_flags(create_key, listen=False)
+    list_keys = _command(keys, "list", cmd_keys_list, "list keys by id and prefix (no values)")
+    list_keys.add_argument("--org", help="only this org's keys")
+    _json_flag(list_keys)
+    _server_flags(list_keys, listen=False)
+    revoke = _command(keys, "revoke", cmd_keys_revoke, "revoke keys by id, effective at once")
+    revoke.add_argument("ids", nargs="+", metavar="ID")
+    _json_flag(revoke)
+    _server_flags(revoke, listen=False)
 
     sandbox = sub.add_parser("sandbox", help="sandboxes (via SPACE_API_URL/SPACE_API_KEY)")
     sb = sandbox.add_subparsers(dest="sandbox_cmd", required=True)

@@ -12,7 +12,7 @@ import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from space.gateway.orgs import OrgPolicies
@@ -131,6 +131,62 @@ class NodeConfig(BaseSettings):
     )
 
 
+class KeysConfig(BaseSettings):
+    """API keys and the credentials derived from them (`SPACE_KEYS_*`).
+
+    `token_ttl` bounds an E2B envd access token (and every URL signed with it):
+    it expires between `token_ttl` and 1.25x `token_ttl` after it was handed out,
+    or at once when its key is revoked or expires. `revocation_check` bounds how
+    long an open stream (SSE, envd) outlives the revocation of its key.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_KEYS_", extra="ignore")
+
+    token_ttl: int = Field(default=24 * 3600, ge=60)
+    revocation_check: float = Field(default=5.0, gt=0)
+
+
+#: The shortest `SPACE_BOOTSTRAP_KEY` accepted (an admin key must not be guessable).
+MIN_BOOTSTRAP_KEY = 24
+
+
+class OrgQuota(BaseModel):
+    """One org's limits; a missing field falls back to the default."""
+
+    sandboxes: PositiveInt | None = None
+    commands: PositiveInt | None = None
+    commands_per_sandbox: PositiveInt | None = None
+
+
+class OrgLimits(BaseModel):
+    sandboxes: int
+    commands: int
+    commands_per_sandbox: int
+
+
+class QuotaConfig(BaseSettings):
+    """Per-org admission limits (`SPACE_QUOTA_SANDBOXES`, `SPACE_QUOTA_COMMANDS`,
+    `SPACE_QUOTA_COMMANDS_PER_SANDBOX`); `SPACE_QUOTA_ORGS` (JSON keyed by org name,
+    e.g. `{"acme": {"sandboxes": 500}}`) overrides them per org. Over a limit the
+    API answers 429 `quota_exceeded` naming the quota."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_QUOTA_", extra="ignore")
+
+    sandboxes: PositiveInt = 100
+    commands: PositiveInt = 1000
+    commands_per_sandbox: PositiveInt = 100
+    orgs: dict[str, OrgQuota] = Field(default_factory=dict)
+
+    def for_org(self, org_name: str) -> OrgLimits:
+        """The org's effective limits."""
+        override = self.orgs.get(org_name, OrgQuota())
+        return OrgLimits(
+            sandboxes=override.sandboxes or self.sandboxes,
+            commands=override.commands or self.commands,
+            commands_per_sandbox=override.commands_per_sandbox or self.commands_per_sandbox,
+        )
+
+
 class Settings(BaseSettings):
     """Everything one SPACE process needs."""
 
@@ -148,6 +204,18 @@ class Settings(BaseSettings):
     node: NodeConfig = Field(default_factory=NodeConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     egress: EgressConfig = Field(default_factory=EgressConfig)
+    keys: KeysConfig = Field(default_factory=KeysConfig)
+    quotas: QuotaConfig = Field(default_factory=QuotaConfig)
+
+    @field_validator("bootstrap_key")
+    @classmethod
+    def _long_bootstrap_key(cls, value: str | None) -> str | None:
+        if value and len(value) < MIN_BOOTSTRAP_KEY:
+            raise ValueError(
+                f"SPACE_BOOTSTRAP_KEY must be at least {MIN_BOOTSTRAP_KEY} characters "
+                f"(got {len(value)}); generate one with `openssl rand -hex 24`"
+            )
+        return value
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import hashlib
+from datetime import UTC, datetime
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from space.store.db import Database, make_engine, upgrade
 from space.store.keys import KeyRepo
@@ -15,8 +18,20 @@ def test_upgrade_keeps_data_of_an_existing_database(db_url: str) -> None:
     upgrade(engine, "0001")
     assert "sandboxes" not in inspect(engine).get_table_names()
     db = Database(engine)
-    with db.session() as session:
-        key = KeyRepo(session).issue("acme", "web").key
+    key = "sk_0123456789_a-key-issued-before-expiry-existed"
+    with engine.begin() as connection:  # the 0001 schema, not today's models
+        now = datetime.now(UTC)
+        connection.execute(
+            text("INSERT INTO orgs (id, name, created_at) VALUES ('org_1', 'acme', :now)"),
+            {"now": now},
+        )
+        connection.execute(
+            text(
+                "INSERT INTO api_keys (id, prefix, key_hash, org_id, is_admin, created_at)"
+                " VALUES ('key_1', :prefix, :digest, 'org_1', false, :now)"
+            ),
+            {"prefix": key[:12], "digest": hashlib.sha256(key.encode()).hexdigest(), "now": now},
+        )
 
     upgrade(engine)
     upgrade(engine)  # idempotent

@@ -12,7 +12,7 @@ from space.api.bootstrap import open_database
 from space.api.errors import install_error_handlers
 from space.api.hub import CommandHub
 from space.api.metrics import Metrics, MetricsMiddleware
-from space.api.routes import commands, files, sandboxes, system
+from space.api.routes import commands, files, keys, sandboxes, system
 from space.api.routes import lifecycle as power
 from space.api.state import AppState
 from space.config import Settings
@@ -62,7 +62,7 @@ def create_app(
     app.state.space = AppState(settings, db, node, lifecycle, hub, activity)
     app.state.metrics = metrics
     install_error_handlers(app)
-    for module in (sandboxes, commands, files, power, system):
+    for module in (sandboxes, commands, files, power, keys, system):
         app.include_router(module.router)
     e2b.install(app, e2b_front)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

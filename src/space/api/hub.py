@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy.orm import Session
 
 from space.api.eventlog import LogWriter, Record, follow
 from space.node.client import CommandHandle, ExecRequest, NodeClient
@@ -58,14 +60,29 @@ class CommandHub:
     def log_path(self, sandbox_id: str, command_id: str) -> Path:
         return self._log_dir / sandbox_id / f"{command_id}.jsonl"
 
-    async def start(self, sandbox_id: str, request: ExecRequest, argv: dict[str, Any]) -> str:
-        """Start a process; its events go to the log until its `exit`."""
+    async def start(
+        self,
+        sandbox_id: str,
+        request: ExecRequest,
+        argv: dict[str, Any],
+        admit: Callable[[Session], None] | None = None,
+    ) -> str:
+        """Start a process; its events go to the log until its `exit`. Its row is
+        written first, in one transaction with `admit` (a quota check), so a start
+        holds its slot before the node sees it; a failed start releases it."""
         command_id = new_id("cmd")
-        async with asyncio.timeout(self._call_timeout):
-            handle = await self._node.start_command(sandbox_id, request)
-        writer = LogWriter(self.log_path(sandbox_id, command_id))
         with self._db.session() as session:
+            if admit is not None:
+                admit(session)
             CommandRepo(session).create(sandbox_id, argv, command_id=command_id)
+        try:
+            async with asyncio.timeout(self._call_timeout):
+                handle = await self._node.start_command(sandbox_id, request)
+        except BaseException:
+            with self._db.session() as session:
+                CommandRepo(session).finish(command_id, None)
+            raise
+        writer = LogWriter(self.log_path(sandbox_id, command_id))
         self._live[command_id] = _Live(handle, writer)
         self._tasks.spawn(self._pump(command_id), f"command-pump-{command_id}")
         return command_id

@@ -1,16 +1,24 @@
-"""Orgs, projects and API keys. Keys are stored as sha256 digests, found by prefix."""
+"""Orgs, projects and API keys. Keys are stored as sha256 digests, found by prefix.
+
+A key is valid until it is revoked (`revoked_at`) or reaches its `expires_at`;
+every caller that trusts a key (or a token derived from one) asks `is_valid`
+or `authenticate`, so a revocation takes effect on the next check.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, Select, and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from space.store.models import ApiKey, Org, Project
+from space.store.errors import NotFound
+from space.store.models import ApiKey, Org, Project, utcnow
 
 KEY_PREFIX_LEN = 12
 ADMIN_ORG = "admin"
@@ -33,6 +41,21 @@ class IssuedKey:
     org: str
     project: str | None
     key_id: str
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """What may be shown about a key: never its value or digest."""
+
+    id: str
+    prefix: str
+    org: str
+    project: str | None
+    is_admin: bool
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
 
 
 def new_id(prefix: str) -> str:
@@ -77,6 +100,7 @@ class KeyRepo:
         *,
         key: str | None = None,
         admin: bool = False,
+        expires_at: datetime | None = None,
     ) -> IssuedKey:
         """Store a key (generated unless given) for the org/project, creating them."""
         org = self.ensure_org(org_name)
@@ -89,19 +113,24 @@ class KeyRepo:
             org_id=org.id,
             project_id=project.id if project else None,
             is_admin=admin,
+            expires_at=expires_at,
         )
         self.session.add(row)
         self.session.flush()
-        return IssuedKey(key=key, org=org.name, project=project_name, key_id=row.id)
+        return IssuedKey(
+            key=key, org=org.name, project=project_name, key_id=row.id, expires_at=expires_at
+        )
 
     def has_admin(self) -> bool:
-        return self.session.scalar(select(ApiKey.id).where(ApiKey.is_admin).limit(1)) is not None
+        """Whether a valid admin key exists (else a start issues a new one)."""
+        query = select(ApiKey.id).where(ApiKey.is_admin, _valid()).limit(1)
+        return self.session.scalar(query) is not None
 
     def authenticate(self, key: str) -> Principal | None:
-        """The principal a presented key belongs to, or None."""
+        """The principal a presented key belongs to, or None (also if revoked or expired)."""
         digest = _digest(key)
         candidates = self.session.scalars(
-            select(ApiKey).where(ApiKey.prefix == key[:KEY_PREFIX_LEN])
+            select(ApiKey).where(ApiKey.prefix == key[:KEY_PREFIX_LEN], _valid())
         )
         for row in candidates:
             if hmac.compare_digest(row.key_hash, digest):
@@ -114,3 +143,76 @@ class KeyRepo:
                     is_admin=row.is_admin,
                 )
         return None
+
+    def is_valid(self, key_id: str, org_id: str | None = None) -> bool:
+        """Whether the key exists, is neither revoked nor expired (and is of `org_id`)."""
+        query = select(ApiKey.id).where(ApiKey.id == key_id, _valid())
+        if org_id is not None:
+            query = query.where(ApiKey.org_id == org_id)
+        return self.session.scalar(query) is not None
+
+    def valid_ids(self, org_ids: Iterable[str]) -> dict[str, list[str]]:
+        """The valid keys of each of `org_ids`, by org."""
+        wanted = set(org_ids)
+        result: dict[str, list[str]] = {org_id: [] for org_id in wanted}
+        if not wanted:
+            return result
+        query = select(ApiKey.org_id, ApiKey.id).where(ApiKey.org_id.in_(wanted), _valid())
+        for org_id, key_id in self.session.execute(query):
+            result[org_id].append(key_id)
+        return result
+
+    def list_keys(self, org_id: str | None = None) -> list[KeyInfo]:
+        """Every key (of `org_id` when given), oldest first, revoked ones included."""
+        rows = self.session.execute(_listing(org_id))
+        return [_info(key, org, project) for key, org, project in rows]
+
+    def get(self, key_id: str, org_id: str | None = None) -> KeyInfo:
+        """One key (of `org_id` when given: another org's key is not found)."""
+        row = self.session.execute(_listing(org_id).where(ApiKey.id == key_id)).first()
+        if row is None:
+            raise NotFound("key", key_id)
+        key, org, project = row
+        return _info(key, org, project)
+
+    def revoke(self, key_id: str, org_id: str | None = None) -> KeyInfo:
+        """Revoke the key now (idempotent: a revoked key keeps its first revocation time)."""
+        self.get(key_id, org_id)
+        self.session.execute(
+            update(ApiKey)
+            .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+            .values(revoked_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        return self.get(key_id, org_id)
+
+
+def _listing(org_id: str | None) -> Select[ApiKey, str, str]:
+    """Keys with their org's and project's names (the project's is None without one)."""
+    query = (
+        select(ApiKey, Org.name, Project.name)
+        .join(Org, Org.id == ApiKey.org_id)
+        .outerjoin(Project, Project.id == ApiKey.project_id)
+        .order_by(ApiKey.created_at, ApiKey.id)
+    )
+    return query if org_id is None else query.where(ApiKey.org_id == org_id)
+
+
+def _valid() -> ColumnElement[bool]:
+    now = utcnow()
+    return and_(
+        ApiKey.revoked_at.is_(None), or_(ApiKey.expires_at.is_(None), ApiKey.expires_at > now)
+    )
+
+
+def _info(row: ApiKey, org: str, project: str | None) -> KeyInfo:
+    return KeyInfo(
+        id=row.id,
+        prefix=row.prefix,
+        org=org,
+        project=project,
+        is_admin=row.is_admin,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        revoked_at=row.revoked_at,
+    )

@@ -3,6 +3,11 @@
 Uploads are multipart (`file` parts; the `path` query names a single file, else
 each part's filename is its path) or a raw `application/octet-stream` body,
 optionally gzip-encoded. Either way the answer lists what was written.
+
+With a `path` the body must be exactly one `file` part whose filename is that
+path or a bare local file name (never used); a signed URL (which signs one path)
+must name it. Anything else is refused before a byte is written: a URL signed for
+one path writes only that path.
 """
 
 from __future__ import annotations
@@ -15,13 +20,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 
 from space.api.deps import StateDep
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.filesystem_service import HOME
 from space.api.e2b.front import FrontDep
-from space.api.e2b.routing import named_sandbox, resolve, resolve_signed, running
+from space.api.e2b.routing import check_running, named_sandbox, resolve, resolve_signed
 from space.api.state import AppState
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False)
@@ -41,7 +46,7 @@ async def health(request: Request, front: FrontDep, state: StateDep) -> Response
     if request.headers.get("x-access-token"):
         resolve(request, state.db, front.tokens)
     elif (sandbox_id := named_sandbox(request)) is not None:
-        running(state.db, sandbox_id)
+        check_running(state.db, sandbox_id)
     return Response(status_code=204)
 
 
@@ -72,14 +77,11 @@ async def upload(
         raise E2bError(413, f"body exceeds {limit} bytes")
     content_type = request.headers.get("content-type", "")
     written: list[dict[str, Any]] = []
+    if "signature" in request.query_params and not path:
+        raise E2bError(400, "a signed upload must name its `path`")
     if content_type.startswith("multipart/form-data"):
         async with request.form(max_files=10_000) as form:
-            uploads = [part for part in form.getlist("file") if isinstance(part, UploadFile)]
-            if not uploads:
-                raise E2bError(400, "no `file` parts in the multipart body")
-            for part in uploads:
-                name = path if path and len(uploads) == 1 else part.filename
-                absolute = _absolute(name)
+            for absolute, part in _targets(form, path):
                 await _write(state, target.sandbox_id, absolute, _parts(part))
                 written.append(_written(absolute))
     else:
@@ -90,6 +92,27 @@ async def upload(
         await _write(state, target.sandbox_id, absolute, body)
         written.append(_written(absolute))
     return JSONResponse(written)
+
+
+def _targets(form: FormData, path: str | None) -> list[tuple[str, UploadFile]]:
+    """Where each part goes, all checked before anything is written."""
+    if any(name != "file" for name in form.keys()):
+        raise E2bError(400, "the multipart body may only hold `file` parts")
+    uploads = [part for part in form.getlist("file") if isinstance(part, UploadFile)]
+    if not uploads or len(uploads) != len(form.getlist("file")):
+        raise E2bError(400, "no `file` parts (or a `file` that is not a file) in the body")
+    if path is None:
+        return [(_absolute(part.filename), part) for part in uploads]
+    target = _absolute(path)
+    if len(uploads) != 1 or _other_path(uploads[0].filename, target):
+        raise E2bError(400, f"with `path` the body must be one `file` part, for {path}")
+    return [(target, uploads[0])]
+
+
+def _other_path(filename: str | None, target: str) -> bool:
+    """Whether a part's filename names a path other than `target`. A bare name
+    (`curl -F file=@local.txt`) is the client's local file name, never used."""
+    return bool(filename) and "/" in str(filename) and _absolute(filename) != target
 
 
 async def _write(state: AppState, sandbox_id: str, path: str, chunks: AsyncIterator[bytes]) -> None:

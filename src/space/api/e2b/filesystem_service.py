@@ -26,6 +26,7 @@ from space.api.e2b.messages import (
     entry_info,
 )
 from space.api.e2b.streams import stream_response
+from space.api.revocation import KeyWatch
 
 router = APIRouter(
     prefix="/filesystem.Filesystem", route_class=ConnectRoute, include_in_schema=False
@@ -126,8 +127,11 @@ async def watch_dir(
             state.node, target.sandbox_id, absolute(body.path), body.recursive
         )
     pending: list[tuple[str, str]] = []
+    watch = KeyWatch(state.db, target.key_id, state.settings.keys.revocation_check)
 
     async def next_item(seconds: float) -> tuple[str, Any] | None:
+        if not watch.still_valid():
+            return "end", ConnectError("unauthenticated", "the API key was revoked or expired")
         if not pending:
             if watcher.ended and not watcher.events:
                 return "end", None

@@ -25,7 +25,9 @@ class E2bFront:
         activity: Activity | None = None,
     ) -> None:
         self.config = config or E2bConfig()
-        self.tokens = AccessTokens(load_secret(self.config, settings.data_dir))
+        self.tokens = AccessTokens(
+            load_secret(self.config, settings.data_dir), ttl=settings.keys.token_ttl
+        )
         self.processes = ProcessRegistry(
             queue_size=self.config.stream_queue, activity=activity or Activity()
         )

@@ -23,7 +23,11 @@ from space.api.e2b.messages import (
     process_event,
 )
 from space.api.e2b.processes import Follow, LiveProcess, ProcessConfig
+from space.api.e2b.routing import EnvdTarget
 from space.api.e2b.streams import get_within, stream_response
+from space.api.errors import ApiError
+from space.api.quotas import release_command, reserve_command
+from space.api.revocation import KeyWatch
 from space.api.state import AppState
 
 router = APIRouter(prefix="/process.Process", route_class=ConnectRoute, include_in_schema=False)
@@ -57,17 +61,23 @@ async def start(request: Request, target: EnvdDep, front: FrontDep, state: State
         envs={**target.env, **body.process.envs},
         cwd=body.process.cwd or None,
     )
-    async with asyncio.timeout(state.settings.timeouts.node_call):
-        live, follow = await front.processes.start(
-            state.node,
-            target.sandbox_id,
-            config,
-            user=request_user(request),
-            stdin=pty is not None or body.stdin is None or body.stdin,
-            pty=pty,
-            tag=body.tag,
-        )
-    return _follow(request, front, live, follow)
+    slot = _reserve(state, target, config)
+    try:
+        async with asyncio.timeout(state.settings.timeouts.node_call):
+            live, follow = await front.processes.start(
+                state.node,
+                target.sandbox_id,
+                config,
+                user=request_user(request),
+                stdin=pty is not None or body.stdin is None or body.stdin,
+                pty=pty,
+                tag=body.tag,
+                on_end=lambda exit_code: release_command(state.db, slot, exit_code),
+            )
+    except BaseException:
+        release_command(state.db, slot)
+        raise
+    return _follow(request, front, live, follow, _watch(state, target))
 
 
 @router.post("/Connect")
@@ -77,10 +87,27 @@ async def connect(request: Request, target: EnvdDep, front: FrontDep, state: Sta
         live, follow = await front.processes.connect(
             state.node, target.sandbox_id, body.process.pid, body.process.tag
         )
-    return _follow(request, front, live, follow)
+    return _follow(request, front, live, follow, _watch(state, target))
 
 
-def _follow(request: Request, front: E2bFront, live: LiveProcess, follow: Follow) -> Response:
+def _reserve(state: AppState, target: EnvdTarget, config: ProcessConfig) -> str:
+    """A command row holding the process's quota slot (`resource_exhausted` if none)."""
+    argv = {"args": [config.cmd, *config.args]}
+    try:
+        return reserve_command(
+            state.db, state.settings.quotas, target.org_id, target.sandbox_id, argv
+        )
+    except ApiError as exc:
+        raise ConnectError("resource_exhausted", f"{exc.code}: {exc.message}") from exc
+
+
+def _watch(state: AppState, target: EnvdTarget) -> KeyWatch:
+    return KeyWatch(state.db, target.key_id, state.settings.keys.revocation_check)
+
+
+def _follow(
+    request: Request, front: E2bFront, live: LiveProcess, follow: Follow, watch: KeyWatch
+) -> Response:
     exited = False
 
     async def next_item(seconds: float) -> tuple[str, Any] | None:
@@ -88,6 +115,8 @@ def _follow(request: Request, front: E2bFront, live: LiveProcess, follow: Follow
         if exited:
             return "end", None
         arrived, event = await get_within(follow, seconds)
+        if not watch.still_valid():
+            return "end", ConnectError("unauthenticated", "the API key was revoked or expired")
         if not arrived:
             return None
         if event is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from space.control.expiry import Activity
@@ -39,6 +40,7 @@ class LiveProcess:
     pty: bool
     tag: str | None
     followers: set[Follow] = field(default_factory=set)
+    on_end: Callable[[int | None], None] | None = None  # gets the exit code; frees its slot
 
     @property
     def pid(self) -> int:
@@ -62,12 +64,13 @@ class ProcessRegistry:
         stdin: bool,
         pty: tuple[int, int] | None,
         tag: str | None,
+        on_end: Callable[[int | None], None] | None = None,
     ) -> tuple[LiveProcess, Follow]:
         request = ExecRequest(
             args=(config.cmd, *config.args), env=config.envs, cwd=config.cwd, pty=pty
         )
         handle = await node.start_process(sandbox_id, request, user=user, stdin=stdin)
-        live = LiveProcess(sandbox_id, handle, config, pty is not None, tag)
+        live = LiveProcess(sandbox_id, handle, config, pty is not None, tag, on_end=on_end)
         return live, self._register(live)
 
     async def connect(
@@ -126,6 +129,7 @@ class ProcessRegistry:
             await self._relay(live)
 
     async def _relay(self, live: LiveProcess) -> None:
+        exit_code: int | None = None
         try:
             async for event in live.handle.events():
                 for follow in list(live.followers):
@@ -135,11 +139,14 @@ class ProcessRegistry:
                     else:
                         follow.put_nowait(event)
                 if event.kind == "exit":
+                    exit_code = event.exit_code
                     break
         except Exception as exc:  # the VM stopped or was suspended: followers see the end
             log.info("process %d in %s: lost its output stream: %s", live.pid, live.sandbox_id, exc)
         finally:
             self._live.pop((live.sandbox_id, live.pid), None)
+            if live.on_end is not None:
+                live.on_end(exit_code)
             for follow in live.followers:
                 if not follow.full():
                     follow.put_nowait(None)

@@ -86,7 +86,7 @@ async def create(
     )
     created = await create_sandbox(native, principal, state)
     row = _visible(state, principal, created.id)
-    token = front.tokens.token_for(row.id)
+    token = front.tokens.issue(row.id, principal.key_id)
     return JSONResponse(sandbox_json(row, token, front.config.domain), status_code=201)
 
 
@@ -95,7 +95,9 @@ async def get(
     sandbox_id: str, principal: PrincipalDep, state: StateDep, front: FrontDep
 ) -> JSONResponse:
     row = _visible(state, principal, sandbox_id)
-    return JSONResponse(detail_json(row, front.tokens.token_for(row.id), front.config.domain))
+    return JSONResponse(
+        detail_json(row, front.tokens.issue(row.id, principal.key_id), front.config.domain)
+    )
 
 
 @router.get("/sandboxes")
@@ -157,7 +159,7 @@ async def connect(
     row = await _wake(state, principal, sandbox_id, body.timeout, extend_only=True)
     status = 200 if row is None else 201
     row = row or _visible(state, principal, sandbox_id)
-    token = front.tokens.token_for(row.id)
+    token = front.tokens.issue(row.id, principal.key_id)
     return JSONResponse(sandbox_json(row, token, front.config.domain), status_code=status)
 
 
@@ -169,7 +171,7 @@ async def resume(
     row = await _wake(state, principal, sandbox_id, body.timeout, extend_only=False)
     if row is None:
         raise E2bError(409, f"sandbox {sandbox_id} is already running")
-    token = front.tokens.token_for(row.id)
+    token = front.tokens.issue(row.id, principal.key_id)
     return JSONResponse(sandbox_json(row, token, front.config.domain), status_code=201)
 
 

@@ -3,8 +3,10 @@
 A request names its sandbox by the `E2b-Sandbox-Id` header, by the Host
 `49983-<id>.<domain>`, or only by its `X-Access-Token` (the SDK after
 `Sandbox.connect` sends nothing else). The access token must belong to that
-sandbox. `/files` also accepts a signed URL instead of a token; a signed URL
-without any sandbox in it is matched against the live sandboxes' tokens.
+sandbox, be unexpired, and its API key must still be valid (of the sandbox's org,
+neither revoked nor expired): checked on every request. `/files` also accepts a
+signed URL instead of a token; a signed URL without any sandbox in it is matched
+against the live sandboxes' tokens.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from space.api.e2b.tokens import AccessTokens, Operation
+from space.api.e2b.tokens import AccessTokens, Operation, SignedRequest
 from space.store.db import Database
 from space.store.errors import NotFound
+from space.store.keys import KeyRepo
 from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState
 
@@ -35,6 +38,8 @@ class SandboxNotRunning(Exception):
 class EnvdTarget:
     sandbox_id: str
     env: dict[str, str]
+    org_id: str
+    key_id: str
 
 
 def named_sandbox(request: Request) -> str | None:
@@ -51,13 +56,13 @@ def resolve(request: Request, db: Database, tokens: AccessTokens) -> EnvdTarget:
     token = request.headers.get("x-access-token")
     if not token:
         raise EnvdAuthError("missing X-Access-Token (the envdAccessToken of the sandbox)")
-    owner = tokens.sandbox_of(token)
-    if owner is None:
-        raise EnvdAuthError("invalid access token")
+    claims = tokens.verify(token)
+    if claims is None:
+        raise EnvdAuthError("invalid or expired access token (connect again for a new one)")
     named = named_sandbox(request)
-    if named is not None and named != owner:
+    if named is not None and named != claims.sandbox_id:
         raise EnvdAuthError(f"the access token is not valid for sandbox {named}")
-    return running(db, owner)
+    return running(db, claims.sandbox_id, claims.key_id)
 
 
 def resolve_signed(
@@ -68,34 +73,59 @@ def resolve_signed(
     if signature is None:
         return resolve(request, db, tokens)
     expiration = request.query_params.get("signature_expiration")
-    named = named_sandbox(request)
-    if named is not None:
-        candidates = [named]
-    else:
-        with db.session() as session:
-            candidates = [row.id for row in SandboxRepo(session).list_live()]
-    owner = tokens.signed_by(
-        candidates,
+    if expiration is not None and not expiration.isdigit():
+        raise EnvdAuthError("signature_expiration must be a unix time in seconds")
+    signed = SignedRequest(
         path=path,
         operation=operation,
         user=request.query_params.get("username"),
         signature=signature,
-        expiration=int(expiration) if expiration and expiration.isdigit() else None,
+        expiration=int(expiration) if expiration is not None else None,
     )
-    if owner is None:
+    claims = tokens.signed_by(_signers(db, named_sandbox(request)), signed)
+    if claims is None:
         raise EnvdAuthError("invalid or expired signature")
-    return running(db, owner)
+    return running(db, claims.sandbox_id, claims.key_id)
 
 
-def running(db: Database, sandbox_id: str) -> EnvdTarget:
-    """The sandbox if it is running (its activity recorded), else SandboxNotRunning."""
+def _signers(db: Database, named: str | None) -> dict[str, list[str]]:
+    """The valid keys that may have signed for each candidate sandbox."""
+    with db.session() as session:
+        repo = SandboxRepo(session)
+        if named is not None:
+            try:
+                rows = [repo.get(named)]
+            except NotFound:
+                return {}
+        else:
+            rows = repo.list_live()
+        keys = KeyRepo(session).valid_ids({row.org_id for row in rows})
+    return {row.id: keys[row.org_id] for row in rows}
+
+
+def check_running(db: Database, sandbox_id: str) -> None:
+    """SandboxNotRunning unless the sandbox runs (an unauthenticated probe: no activity)."""
+    with db.session() as session:
+        try:
+            row = SandboxRepo(session).get(sandbox_id)
+        except NotFound:
+            raise SandboxNotRunning(f"sandbox {sandbox_id} was not found") from None
+        if row.state != SandboxState.RUNNING.value:
+            raise SandboxNotRunning(f"sandbox {sandbox_id} is {row.state}, not running")
+
+
+def running(db: Database, sandbox_id: str, key_id: str) -> EnvdTarget:
+    """The sandbox if it is running and `key_id` may still reach it (its activity
+    recorded), else EnvdAuthError or SandboxNotRunning."""
     with db.session() as session:
         repo = SandboxRepo(session)
         try:
             row = repo.get(sandbox_id)
         except NotFound:
             raise SandboxNotRunning(f"sandbox {sandbox_id} was not found") from None
+        if not KeyRepo(session).is_valid(key_id, row.org_id):
+            raise EnvdAuthError("the API key this access token was issued to is revoked or expired")
         if row.state != SandboxState.RUNNING.value:
             raise SandboxNotRunning(f"sandbox {sandbox_id} is {row.state}, not running")
         repo.touch(row.id)
-        return EnvdTarget(row.id, dict(row.env))
+        return EnvdTarget(row.id, dict(row.env), row.org_id, key_id)

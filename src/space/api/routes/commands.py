@@ -13,8 +13,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Response
 from fastapi.responses import StreamingResponse
 
-from space.api.deps import SandboxDep, SessionDep, StateDep, require_running
+from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep, require_running
 from space.api.errors import ApiError
+from space.api.quotas import admit_command, release_command, reserve_command
+from space.api.revocation import KeyWatch
 from space.api.schemas import CommandCreated, ExecBody, ExecOut, SignalBody, StdinBody
 from space.api.sse import event_stream
 from space.node.client import ExecRequest
@@ -45,11 +47,16 @@ async def exec_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) -> 
     request = replace(to_request(body), timeout=timeout)
     await require_running(state, sandbox)
     limit = timeout + EXEC_GRACE_SECONDS
+    slot = reserve_command(state.db, state.settings.quotas, sandbox.org_id, sandbox.id, _argv(body))
+    exit_code: int | None = None
     try:
         async with asyncio.timeout(limit):
             result = await state.node.exec(sandbox.id, request)
+        exit_code = result.exit_code
     except TimeoutError as exc:
         raise ApiError(504, "exec_timeout", f"command did not finish within {limit:.0f}s") from exc
+    finally:
+        release_command(state.db, slot, exit_code)
     return ExecOut(
         exit_code=result.exit_code,
         stdout=result.stdout.decode(errors="replace"),
@@ -62,8 +69,14 @@ async def start_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) ->
     """Start a background command; follow it with `GET .../commands/{cid}/events`."""
     request = to_request(body)
     await require_running(state, sandbox)
-    argv: dict[str, Any] = {"cmd": body.cmd} if body.cmd is not None else {"args": body.args}
-    command_id = await state.commands.start(sandbox.id, request, argv)
+    command_id = await state.commands.start(
+        sandbox.id,
+        request,
+        _argv(body),
+        admit=lambda session: admit_command(
+            session, state.settings.quotas, sandbox.org_id, sandbox.id
+        ),
+    )
     return CommandCreated(id=command_id)
 
 
@@ -75,14 +88,17 @@ async def start_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) ->
 async def command_events(
     command_id: str,
     sandbox: SandboxDep,
+    principal: PrincipalDep,
     state: StateDep,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
-    """`stdout`/`stderr`/`exit` events as SSE; `Last-Event-ID` resumes after that id."""
+    """`stdout`/`stderr`/`exit` events as SSE; `Last-Event-ID` resumes after that id.
+    The stream ends soon after its key is revoked or expires."""
     after = _parse_last_event_id(last_event_id)
     records = state.commands.events(sandbox.id, command_id, after)
+    watch = KeyWatch(state.db, principal.key_id, state.settings.keys.revocation_check)
     return StreamingResponse(
-        event_stream(records),
+        event_stream(watch.guard(records)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -109,6 +125,10 @@ async def command_signal(
     CommandRepo(session).get(sandbox.id, command_id)
     await state.commands.signal(command_id, _signum(body.signal))
     return Response(status_code=204)
+
+
+def _argv(body: ExecBody) -> dict[str, Any]:
+    return {"cmd": body.cmd} if body.cmd is not None else {"args": body.args}
 
 
 def _parse_last_event_id(value: str | None) -> int:

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Response
 
 from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep
 from space.api.errors import ApiError
+from space.api.quotas import admit_sandbox
 from space.api.schemas import CreateSandbox, SandboxList, SandboxOut
 from space.control.expiry import expires_at
 from space.gateway.policy import PolicyError
@@ -60,6 +61,7 @@ async def create_sandbox(
         network=network,
     )
     with state.db.session() as session:
+        admit_sandbox(session, state.settings.quotas, principal)
         sandbox_id = SandboxRepo(session).create(principal.org_id, principal.project_id, new).id
     await state.lifecycle.ensure_created(sandbox_id)
     with state.db.session() as session:

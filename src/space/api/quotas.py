@@ -1,0 +1,53 @@
+"""Per-org quotas at admission: a sandbox create or a process start is refused
+with 429 `quota_exceeded` (the `field` names the quota) when the org or sandbox
+is at its limit. Count and insert share one transaction under the org's lock
+(`store.quotas`), so concurrent admissions never overshoot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from space.api.errors import ApiError
+from space.config import QuotaConfig
+from space.store import quotas
+from space.store.commands import CommandRepo
+from space.store.db import Database
+from space.store.keys import Principal
+
+
+def admit_sandbox(session: Session, config: QuotaConfig, principal: Principal) -> None:
+    limits = config.for_org(principal.org_name)
+    try:
+        quotas.admit_sandbox(session, principal.org_id, limits.sandboxes)
+    except quotas.QuotaExceeded as exc:
+        raise ApiError(429, "quota_exceeded", str(exc), exc.quota) from exc
+
+
+def admit_command(session: Session, config: QuotaConfig, org_id: str, sandbox_id: str) -> None:
+    limits = config.for_org(quotas.org_name(session, org_id))
+    try:
+        quotas.admit_command(
+            session,
+            org_id,
+            sandbox_id,
+            per_org=limits.commands,
+            per_sandbox=limits.commands_per_sandbox,
+        )
+    except quotas.QuotaExceeded as exc:
+        raise ApiError(429, "quota_exceeded", str(exc), exc.quota) from exc
+
+
+def reserve_command(
+    db: Database, config: QuotaConfig, org_id: str, sandbox_id: str, argv: dict[str, Any]
+) -> str:
+    """A `commands` row holding one slot for a process about to start (429 if none)."""
+    with db.session() as session:
+        admit_command(session, config, org_id, sandbox_id)
+        return CommandRepo(session).create(sandbox_id, argv).id
+
+
+def release_command(db: Database, command_id: str, exit_code: int | None = None) -> None:
+    with db.session() as session:
+        CommandRepo(session).finish(command_id, exit_code)

@@ -1,0 +1,78 @@
+"""Per-org admission counts, taken under a lock on the org's row so that two
+concurrent admissions can never both take the last slot.
+
+`lock_org` must be the first statement of its transaction: on PostgreSQL it
+takes the org row's lock, on SQLite the database write lock (a first write
+waits on the busy timeout; a read first would leave a stale snapshot). The
+caller then counts and inserts in the same transaction.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from space.store.commands import CommandState
+from space.store.errors import StoreError
+from space.store.models import Command, Org, Sandbox
+from space.store.states import SandboxState
+
+#: States that hold a quota slot: everything not on its way out.
+NOT_LIVE = (SandboxState.DELETING.value, SandboxState.DELETED.value, SandboxState.ERROR.value)
+
+
+class QuotaExceeded(StoreError):
+    """An org (or sandbox) is at its limit for `quota` (429 `quota_exceeded`)."""
+
+    def __init__(self, quota: str, limit: int, scope: str) -> None:
+        super().__init__(f"quota {quota} exceeded: {scope} already has {limit}")
+        self.quota = quota
+        self.limit = limit
+
+
+def lock_org(session: Session, org_id: str) -> None:
+    session.execute(
+        update(Org)
+        .where(Org.id == org_id)
+        .values(name=Org.name)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def org_name(session: Session, org_id: str) -> str:
+    return session.get_one(Org, org_id).name
+
+
+def live_sandboxes(session: Session, org_id: str) -> int:
+    query = select(func.count()).where(Sandbox.org_id == org_id, Sandbox.state.not_in(NOT_LIVE))
+    return int(session.scalar(query) or 0)
+
+
+def running_commands(session: Session, org_id: str, sandbox_id: str | None = None) -> int:
+    query = (
+        select(func.count())
+        .select_from(Command)
+        .join(Sandbox, Sandbox.id == Command.sandbox_id)
+        .where(Sandbox.org_id == org_id, Command.state == CommandState.RUNNING.value)
+    )
+    if sandbox_id is not None:
+        query = query.where(Command.sandbox_id == sandbox_id)
+    return int(session.scalar(query) or 0)
+
+
+def admit_sandbox(session: Session, org_id: str, limit: int) -> None:
+    """Lock the org and raise QuotaExceeded if it has `limit` live sandboxes."""
+    lock_org(session, org_id)
+    if live_sandboxes(session, org_id) >= limit:
+        raise QuotaExceeded("sandboxes_per_org", limit, f"org {org_id}")
+
+
+def admit_command(
+    session: Session, org_id: str, sandbox_id: str, *, per_org: int, per_sandbox: int
+) -> None:
+    """Lock the org and raise QuotaExceeded if a running-command limit is reached."""
+    lock_org(session, org_id)
+    if running_commands(session, org_id, sandbox_id) >= per_sandbox:
+        raise QuotaExceeded("commands_per_sandbox", per_sandbox, f"sandbox {sandbox_id}")
+    if running_commands(session, org_id) >= per_org:
+        raise QuotaExceeded("commands_per_org", per_org, f"org {org_id}")
