@@ -21,7 +21,7 @@ from space.api.deps import StateDep
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.filesystem_service import HOME
 from space.api.e2b.front import FrontDep
-from space.api.e2b.routing import named_sandbox, resolve, resolve_signed, running
+from space.api.e2b.routing import named_sandbox, resolve_signed, running, token_owner
 from space.api.state import AppState
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False)
@@ -38,8 +38,9 @@ def _absolute(path: str | None) -> str:
 
 @router.get("/health")
 async def health(request: Request, front: FrontDep, state: StateDep) -> Response:
+    """Whether the sandbox runs; a read, so never activity."""
     if request.headers.get("x-access-token"):
-        resolve(request, state.db, front.tokens)
+        running(state.db, token_owner(request, front.tokens))
     elif (sandbox_id := named_sandbox(request)) is not None:
         running(state.db, sandbox_id)
     return Response(status_code=204)

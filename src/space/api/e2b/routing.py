@@ -5,6 +5,9 @@ A request names its sandbox by the `E2b-Sandbox-Id` header, by the Host
 `Sandbox.connect` sends nothing else). The access token must belong to that
 sandbox. `/files` also accepts a signed URL instead of a token; a signed URL
 without any sandbox in it is matched against the live sandboxes' tokens.
+
+`resolve`/`resolve_signed` serve data-plane calls and record activity (idle
+auto-suspend); `running` and `token_owner` only read, for `/health`.
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ def named_sandbox(request: Request) -> str | None:
 
 def resolve(request: Request, db: Database, tokens: AccessTokens) -> EnvdTarget:
     """The running sandbox an `X-Access-Token`-authenticated request is for."""
+    return _active(db, running(db, token_owner(request, tokens)))
+
+
+def token_owner(request: Request, tokens: AccessTokens) -> str:
+    """The sandbox the request's `X-Access-Token` belongs to (and that it names, if any)."""
     token = request.headers.get("x-access-token")
     if not token:
         raise EnvdAuthError("missing X-Access-Token (the envdAccessToken of the sandbox)")
@@ -57,7 +65,7 @@ def resolve(request: Request, db: Database, tokens: AccessTokens) -> EnvdTarget:
     named = named_sandbox(request)
     if named is not None and named != owner:
         raise EnvdAuthError(f"the access token is not valid for sandbox {named}")
-    return running(db, owner)
+    return owner
 
 
 def resolve_signed(
@@ -84,18 +92,23 @@ def resolve_signed(
     )
     if owner is None:
         raise EnvdAuthError("invalid or expired signature")
-    return running(db, owner)
+    return _active(db, running(db, owner))
 
 
 def running(db: Database, sandbox_id: str) -> EnvdTarget:
-    """The sandbox if it is running (its activity recorded), else SandboxNotRunning."""
+    """The sandbox if it is running, else SandboxNotRunning (read only)."""
     with db.session() as session:
-        repo = SandboxRepo(session)
         try:
-            row = repo.get(sandbox_id)
+            row = SandboxRepo(session).get(sandbox_id)
         except NotFound:
             raise SandboxNotRunning(f"sandbox {sandbox_id} was not found") from None
         if row.state != SandboxState.RUNNING.value:
             raise SandboxNotRunning(f"sandbox {sandbox_id} is {row.state}, not running")
-        repo.touch(row.id)
         return EnvdTarget(row.id, dict(row.env))
+
+
+def _active(db: Database, target: EnvdTarget) -> EnvdTarget:
+    """Record a data-plane call as the sandbox's activity."""
+    with db.session() as session:
+        SandboxRepo(session).touch(target.sandbox_id)
+    return target
