@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -22,12 +23,19 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from space.config import ServerConfig, Settings
+from space.private import private_dir, private_umask, tighten
+from space.rlimits import raise_nofile
 from space.sdk import Sandbox, SandboxInfo, SpaceError, TransportError
 
 if TYPE_CHECKING:
     from space.node.local import LocalNode
 
+log = logging.getLogger(__name__)
+
 Handler = Callable[[argparse.Namespace], int]
+
+SERVER_COMMANDS = frozenset({"up", "api", "controller", "node", "keys"})
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def out(text: str) -> None:
@@ -59,9 +67,24 @@ def settings_from(args: argparse.Namespace) -> Settings:
 # -- server processes ------------------------------------------------------------
 
 
+def harden_process() -> None:
+    """What every server process does first: files it (and mkfs, QEMU, ...) creates
+    are private (umask 077), and its file-descriptor budget is raised."""
+    private_umask()
+    raise_nofile()
+
+
+def server_settings(args: argparse.Namespace) -> Settings:
+    """The settings, with the data dir made private (0700) and an older install's
+    group/other-readable files (database, logs, keys, pool image) tightened."""
+    settings = settings_from(args)
+    tighten(private_dir(settings.data_dir))
+    return settings
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """API + controller + local node in one process."""
-    settings = settings_from(args)
+    settings = server_settings(args)
     asyncio.run(_serve_with_node(settings))
     return 0
 
@@ -73,13 +96,31 @@ async def _serve_with_node(settings: Settings) -> None:
     db = open_database(settings)
     node = _local_node(settings)
     await node.start()
+    with _signals_after_cleanup():
+        try:
+            app = create_app(settings, node, db=db)
+            _announce(settings)
+            await _uvicorn(app, settings)
+        finally:
+            await node.close()
+            db.dispose()
+            log.info("node closed; sandboxes' VMs left for adoption")
+
+
+@contextmanager
+def _signals_after_cleanup() -> Iterator[None]:
+    """uvicorn re-raises the SIGTERM/SIGINT it drained on, which would end the process
+    before the node's close path runs (leaving warm VMs behind): hold them until the
+    block's cleanup is done, then raise them with the handlers from before."""
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda s, _f: caught.append(s)) for sig in STOP_SIGNALS}
     try:
-        app = create_app(settings, node, db=db)
-        _announce(settings)
-        await _uvicorn(app, settings)
+        yield
     finally:
-        await node.close()
-        db.dispose()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for number in caught:
+            signal.raise_signal(number)
 
 
 def _local_node(settings: Settings) -> LocalNode:
@@ -105,7 +146,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     """An API replica without a node: creation waits for `space controller`."""
     from space.api.app import create_app
 
-    settings = settings_from(args)
+    settings = server_settings(args)
     app = create_app(settings, None)
     _announce(settings)
     asyncio.run(_uvicorn(app, settings))
@@ -114,7 +155,7 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 def cmd_controller(args: argparse.Namespace) -> int:
     """The reconciler over the database, driving the node of this host."""
-    settings = settings_from(args)
+    settings = server_settings(args)
     asyncio.run(_run_controller(settings))
     return 0
 
@@ -131,8 +172,12 @@ async def _run_controller(settings: Settings) -> None:
     )
     err(f"space controller reconciling {settings.database_url.split('@')[-1]}")
     controller.start()  # the reconciler and the idle/timeout sweep
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
         await controller.aclose()
         await node.close()
@@ -415,6 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("alembic", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     handler: Handler = args.handler
+    if args.command in SERVER_COMMANDS:
+        harden_process()
     if args.command == "sandbox" and not os.environ.get("SPACE_API_KEY"):
         err("error: set SPACE_API_KEY (and SPACE_API_URL, default http://127.0.0.1:8080)")
         return 2
