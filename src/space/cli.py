@@ -67,17 +67,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
 # -- server processes ------------------------------------------------------------
 
 
-def harden_process() -> None:
-    """What every server process does first: files it (and mkfs, QEMU, ...) creates
-    are private (umask 077), and its file-descriptor budget is raised."""
-    private_umask()
-    raise_nofile()
-
-
 def server_settings(args: argparse.Namespace) -> Settings:
-    """The settings, with the data dir made private (0700) and an older install's
-    group/other-readable files (database, logs, keys, pool image) tightened."""
+    """A serving process's settings, with its file-descriptor budget raised, the data
+    dir made private (0700) and an older install's group/other-readable files
+    (database, logs, keys, pool image) tightened."""
     settings = settings_from(args)
+    raise_nofile()
     tighten(private_dir(settings.data_dir))
     return settings
 
@@ -461,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     handler: Handler = args.handler
     if args.command in SERVER_COMMANDS:
-        harden_process()
+        private_umask()  # what it, mkfs or QEMU create is private from the first file on
     if args.command == "sandbox" and not os.environ.get("SPACE_API_KEY"):
         err("error: set SPACE_API_KEY (and SPACE_API_URL, default http://127.0.0.1:8080)")
         return 2
