@@ -67,9 +67,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
 # -- server processes ------------------------------------------------------------
 
 
-def server_settings(args: argparse.Namespace) -> Settings:
-    """A serving process's settings, with its file-descriptor budget raised, the data
-    dir made private (0700) and an older install's group/other-readable files
+def prepare_server(args: argparse.Namespace) -> Settings:
+    """A serving process's settings, once its file-descriptor budget is raised, its
+    data dir private (0700) and an older install's group/other-readable files
     (database, logs, keys, pool image) tightened."""
     settings = settings_from(args)
     raise_nofile()
@@ -79,7 +79,7 @@ def server_settings(args: argparse.Namespace) -> Settings:
 
 def cmd_up(args: argparse.Namespace) -> int:
     """API + controller + local node in one process."""
-    settings = server_settings(args)
+    settings = prepare_server(args)
     asyncio.run(_serve_with_node(settings))
     return 0
 
@@ -141,7 +141,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     """An API replica without a node: creation waits for `space controller`."""
     from space.api.app import create_app
 
-    settings = server_settings(args)
+    settings = prepare_server(args)
     app = create_app(settings, None)
     _announce(settings)
     asyncio.run(_uvicorn(app, settings))
@@ -150,7 +150,7 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 def cmd_controller(args: argparse.Namespace) -> int:
     """The reconciler over the database, driving the node of this host."""
-    settings = server_settings(args)
+    settings = prepare_server(args)
     asyncio.run(_run_controller(settings))
     return 0
 
