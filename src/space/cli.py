@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[argparse.Namespace], int]
 
-SERVER_COMMANDS = frozenset({"up", "api", "controller", "node", "keys"})
+# Processes that write server state, so run with umask 077 (`node` joins once it serves).
+SERVER_COMMANDS = frozenset({"up", "api", "controller", "keys"})
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -395,7 +396,7 @@ def _command(sub: Any, name: str, handler: Handler, help_text: str) -> argparse.
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="space", description="SPACE microVM sandboxes")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="group", required=True)  # `command`: exec's argv
 
     _server_flags(
         _command(sub, "up", cmd_up, "API, controller and node in one process"), listen=True
@@ -455,9 +456,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("alembic", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     handler: Handler = args.handler
-    if args.command in SERVER_COMMANDS:
+    if args.group in SERVER_COMMANDS:
         private_umask()  # what it, mkfs or QEMU create is private from the first file on
-    if args.command == "sandbox" and not os.environ.get("SPACE_API_KEY"):
+    if args.group == "sandbox" and not os.environ.get("SPACE_API_KEY"):
         err("error: set SPACE_API_KEY (and SPACE_API_URL, default http://127.0.0.1:8080)")
         return 2
     try:
