@@ -1,8 +1,9 @@
 """A server process is private from its first instant, and fixes an older install.
 
 `space api` on a data dir that an older SPACE left 0755 with a 0644 database and
-keys: once it answers, nothing under the data dir has group/other bits, its
-umask is 077 and its soft `RLIMIT_NOFILE` is the (capped) hard limit. No VMs.
+keys, started with a soft `RLIMIT_NOFILE` of 1,024: once it answers, nothing under
+the data dir has group/other bits, its umask is 077 and its soft `RLIMIT_NOFILE` is
+the (capped) hard limit, also in `/metrics`. No VMs.
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ def api(old_install: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[by
     }
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [space_binary(), "api", "--port", str(port)], env=env, stdout=out, stderr=out
+            ["prlimit", "--nofile=1024:", space_binary(), "api", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=out,
         )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
