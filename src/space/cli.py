@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -23,13 +24,21 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from space.config import ServerConfig, Settings
+from space.private import private_dir, private_umask, tighten
+from space.rlimits import raise_nofile
 from space.sdk import Sandbox, SandboxInfo, SpaceError, TransportError
 
 if TYPE_CHECKING:
     from space.node.local import LocalNode
     from space.store.keys import KeyInfo
 
+log = logging.getLogger(__name__)
+
 Handler = Callable[[argparse.Namespace], int]
+
+# Processes that write server state, so run with umask 077 (`node` joins once it serves).
+SERVER_COMMANDS = frozenset({"up", "api", "controller", "keys"})
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def out(text: str) -> None:
@@ -61,9 +70,19 @@ def settings_from(args: argparse.Namespace) -> Settings:
 # -- server processes ------------------------------------------------------------
 
 
+def prepare_server(args: argparse.Namespace) -> Settings:
+    """A serving process's settings, once its file-descriptor budget is raised, its
+    data dir private (0700) and an older install's group/other-readable files
+    (database, logs, keys, pool image) tightened."""
+    settings = settings_from(args)
+    raise_nofile()
+    tighten(private_dir(settings.data_dir))
+    return settings
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """API + controller + local node in one process."""
-    settings = settings_from(args)
+    settings = prepare_server(args)
     asyncio.run(_serve_with_node(settings))
     return 0
 
@@ -75,13 +94,31 @@ async def _serve_with_node(settings: Settings) -> None:
     db = open_database(settings)
     node = _local_node(settings)
     await node.start()
+    with _signals_after_cleanup():
+        try:
+            app = create_app(settings, node, db=db)
+            _announce(settings)
+            await _uvicorn(app, settings)
+        finally:
+            await node.close()
+            db.dispose()
+            log.info("node closed; sandboxes' VMs left for adoption")
+
+
+@contextmanager
+def _signals_after_cleanup() -> Iterator[None]:
+    """uvicorn re-raises the SIGTERM/SIGINT it drained on, which would end the process
+    before the node's close path runs (leaving warm VMs behind): hold them until the
+    block's cleanup is done, then raise them with the handlers from before."""
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda s, _f: caught.append(s)) for sig in STOP_SIGNALS}
     try:
-        app = create_app(settings, node, db=db)
-        _announce(settings)
-        await _uvicorn(app, settings)
+        yield
     finally:
-        await node.close()
-        db.dispose()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for number in caught:
+            signal.raise_signal(number)
 
 
 def _local_node(settings: Settings) -> LocalNode:
@@ -121,7 +158,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     """An API replica without a node: creation waits for `space controller`."""
     from space.api.app import create_app
 
-    settings = settings_from(args)
+    settings = prepare_server(args)
     app = create_app(settings, None)
     _announce(settings)
     asyncio.run(_uvicorn(app, settings))
@@ -130,7 +167,7 @@ def cmd_api(args: argparse.Namespace) -> int:
 
 def cmd_controller(args: argparse.Namespace) -> int:
     """The reconciler over the database, driving the node of this host."""
-    settings = settings_from(args)
+    settings = prepare_server(args)
     asyncio.run(_run_controller(settings))
     return 0
 
@@ -147,8 +184,12 @@ async def _run_controller(settings: Settings) -> None:
     )
     err(f"space controller reconciling {settings.database_url.split('@')[-1]}")
     controller.start()  # the reconciler and the idle/timeout sweep
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
         await controller.aclose()
         await node.close()
@@ -472,7 +513,7 @@ def _positive_seconds(value: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="space", description="SPACE microVM sandboxes")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="group", required=True)  # `command`: exec's argv
 
     _server_flags(
         _command(sub, "up", cmd_up, "API, controller and node in one process"), listen=True
@@ -543,7 +584,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("alembic", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     handler: Handler = args.handler
-    if args.command == "sandbox" and not os.environ.get("SPACE_API_KEY"):
+    if args.group in SERVER_COMMANDS:
+        private_umask()  # what it, mkfs or QEMU create is private from the first file on
+    if args.group == "sandbox" and not os.environ.get("SPACE_API_KEY"):
         err("error: set SPACE_API_KEY (and SPACE_API_URL, default http://127.0.0.1:8080)")
         return 2
     try:

@@ -132,10 +132,12 @@ async def test_a_paused_sandbox_is_suspended_when_idle(http: Http, power_app: Fa
 
 
 async def test_calls_keep_a_sandbox_awake(http: Http, power_app: FastAPI) -> None:
+    """Data-plane calls do (reads do not: tests/hardening/test_atrest_activity.py)."""
     sandbox_id = await create(http, idle_timeout=60)
     for _ in range(3):
         age(power_app, sandbox_id, 45)
-        assert (await http.get(f"/v1/sandboxes/{sandbox_id}")).status_code == 200
+        exec_ = await http.post(f"/v1/sandboxes/{sandbox_id}/exec", json={"cmd": "true"})
+        assert exec_.status_code == 200
         await expiry(power_app).sweep()
     assert row(power_app, sandbox_id).state == "running"
 
@@ -173,7 +175,8 @@ async def test_a_call_after_the_decision_wins(http: Http, power_app: FastAPI) ->
     age(power_app, sandbox_id, 61)
     [action] = due([ExpiryRow.of(row(power_app, sandbox_id))], frozenset(), utcnow())
     assert action.kind is Expire.IDLE
-    assert (await http.get(f"/v1/sandboxes/{sandbox_id}")).status_code == 200
+    exec_ = await http.post(f"/v1/sandboxes/{sandbox_id}/exec", json={"cmd": "true"})
+    assert exec_.status_code == 200
     await expiry(power_app).apply(action)
     assert row(power_app, sandbox_id).state == "running"
 

@@ -29,6 +29,7 @@ from tests.pg import PgDatabase
 
 HEALTH_TIMEOUT = 600.0  # a cold cache builds the guest images first
 CREATE_TIMEOUT = 600.0
+STOP_TIMEOUT = 60.0
 
 
 def free_port() -> int:
@@ -141,16 +142,19 @@ class SpaceServer:
         os.kill(self._proc.pid, signal.SIGKILL)
         self._proc.wait()
 
-    def stop(self) -> None:
-        """SIGTERM (uvicorn drains), SIGKILL if it takes too long."""
+    def stop(self) -> bool:
+        """SIGTERM (uvicorn drains, the node closes), SIGKILL if it takes too long;
+        True if it ended on its own (or was not running)."""
         if self._proc is None or self._proc.poll() is not None:
-            return
+            return True
         self._proc.terminate()
         try:
-            self._proc.wait(timeout=30)
+            self._proc.wait(timeout=STOP_TIMEOUT)
+            return True
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+            return False
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -202,14 +206,17 @@ class SpaceServer:
     def close(self) -> list[str]:
         """Delete every sandbox, stop, then force-remove what is left; returns the leaks.
 
-        Warm VMs outlive a graceful stop by design (the next start adopts them), so
-        only what belongs to a sandbox, or to no record at all, counts as a leak.
+        A graceful stop also ends the unclaimed warm VMs, so a VM of a sandbox, of
+        the warm pool, or of no record at all counts as a leak.
         """
         if self.alive():
             self._delete_all()
-        self.stop()
+        graceful = self.stop()
         view = self.host_view()
         leaks = [f"VM of {owner}" for owner in view.by_sandbox(view.vmm_pids)]
+        leaks += [f"warm VM {slot}" for slot in sorted(view.warm() & set(view.vmm_pids))]
+        if not graceful:
+            leaks.append(f"space up did not stop within {STOP_TIMEOUT}s of SIGTERM")
         leaks += [f"namespace of {owner}" for owner in view.by_sandbox(view.namespaces)]
         for sandbox_id in sorted(self.seen):
             for pid in _pgrep(f"space-{sandbox_id}"):

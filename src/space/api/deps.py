@@ -1,4 +1,10 @@
-"""Typed FastAPI dependencies: `StateDep`, `SessionDep`, `PrincipalDep`, `SandboxDep`."""
+"""Typed FastAPI dependencies: `StateDep`, `SessionDep`, `PrincipalDep`, `SandboxDep`,
+`DataPlaneDep`.
+
+`SandboxDep` only reads (a dashboard polling a sandbox neither writes its row
+nor keeps it awake); `DataPlaneDep` is for data-plane calls (exec, commands,
+files), the only API use that counts as activity for idle auto-suspend.
+"""
 
 from __future__ import annotations
 
@@ -48,14 +54,21 @@ def _principal(request: Request, state: StateDep) -> Principal:
 PrincipalDep = Annotated[Principal, Depends(_principal)]
 
 
-def _sandbox(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Iterator[Sandbox]:
-    """The caller's sandbox (another org's is a 404). The call is activity (idle
+def _sandbox(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Sandbox:
+    """The caller's sandbox (another org's is a 404), read only."""
+    with state.db.session() as session:
+        return SandboxRepo(session).get(sandbox_id, org_id=principal.org_id)
+
+
+SandboxDep = Annotated[Sandbox, Depends(_sandbox)]
+
+
+def _data_plane_sandbox(sandbox: SandboxDep, state: StateDep) -> Iterator[Sandbox]:
+    """The caller's sandbox for a data-plane call, which is activity (idle
     auto-suspend): recorded when it starts and when it ends (after a streamed
     response), and held in `state.activity` while it runs."""
     with state.db.session() as session:
-        repo = SandboxRepo(session)
-        sandbox = repo.get(sandbox_id, org_id=principal.org_id)
-        repo.touch(sandbox.id)
+        SandboxRepo(session).touch(sandbox.id)
     try:
         with state.activity.hold(sandbox.id):
             yield sandbox
@@ -64,7 +77,7 @@ def _sandbox(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Itera
             SandboxRepo(session).touch(sandbox.id)
 
 
-SandboxDep = Annotated[Sandbox, Depends(_sandbox)]
+DataPlaneDep = Annotated[Sandbox, Depends(_data_plane_sandbox)]
 
 
 async def require_running(state: AppState, sandbox: Sandbox) -> None:

@@ -1,8 +1,11 @@
 """Prometheus metrics of one API process, in a registry of its own.
 
 `space_api_requests_total` and `space_api_request_duration_seconds` are labelled
-by route template (never the raw path, so ids do not explode cardinality);
-`space_sandboxes{state}` is read from the database at scrape time.
+only by bounded values: the route template (never the raw path, so ids do not
+explode cardinality; `unmatched` for no route), the method from a fixed set
+(`other` for anything else a client makes up) and the status code.
+`space_sandboxes{state}` is read from the database at scrape time;
+`process_open_fds` / `process_max_fds` show the file-descriptor budget.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -19,6 +22,8 @@ from space.node.client import NodeClient
 from space.store.db import Database
 from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 class _SandboxCollector(Collector):
@@ -81,6 +86,7 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_SandboxCollector(db))
+        ProcessCollector(registry=self.registry)
         if node is not None:
             self.registry.register(_WarmPoolCollector(node))
 
@@ -103,8 +109,7 @@ class MetricsMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                route = _route_of(scope)
-                self.metrics.latency.labels(scope["method"], route).observe(
+                self.metrics.latency.labels(_method_of(scope), _route_of(scope)).observe(
                     time.perf_counter() - started
                 )
             await send(message)
@@ -112,7 +117,12 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, observe)
         finally:
-            self.metrics.requests.labels(scope["method"], _route_of(scope), str(status)).inc()
+            self.metrics.requests.labels(_method_of(scope), _route_of(scope), str(status)).inc()
+
+
+def _method_of(scope: Scope) -> str:
+    method = scope["method"]
+    return method if method in METHODS else "other"
 
 
 def _route_of(scope: Scope) -> str:

@@ -34,5 +34,5 @@ def _copy_sparse(source: Path, target: Path) -> None:
     subprocess.run(["cp", "--sparse=always", str(source), str(tmp)], check=True)
     with tmp.open("rb+") as handle:
         os.fsync(handle.fileno())
-    os.chmod(tmp, 0o444)
+    os.chmod(tmp, 0o400)  # read-only, and private like everything in the pool
     os.replace(tmp, target)

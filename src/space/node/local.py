@@ -39,6 +39,7 @@ from space.node.images import TemplateImporter
 from space.node.network.egress import Egress, EgressConfig
 from space.node.network.netns import NetworkManager, SandboxNetwork
 from space.node.provision import WARM_MEMORY_MIB, WARM_VCPUS, ProvisionMixin
+from space.node.publicbuild import build_public
 from space.node.records import RecordStore, SandboxRecord, check_sandbox_id
 from space.node.recovery import RecoveryMixin
 from space.node.sandbox import Sandbox
@@ -57,6 +58,7 @@ from space.node.vmm.accel import choose_accel
 from space.node.vmm.base import NetworkAttachment, VmConfig, VmHandle, VmmDriver, VmmError
 from space.node.vmm.qemu import QemuDriver
 from space.node.warm import WarmPools
+from space.private import private_dir
 from space.tasks import spawn
 
 log = logging.getLogger(__name__)
@@ -113,12 +115,12 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         pool = await asyncio.to_thread(ensure_pool, self.data_dir, self._pool_size)
         self._records = RecordStore(pool.sandboxes)
         self._importer = TemplateImporter(pool)
+        await self._template(DEFAULT_TEMPLATE)  # and the guest artifacts, built publicly
         self._guest = await asyncio.to_thread(build_guest, self.cache_dir, self._progress)
-        await self._template(DEFAULT_TEMPLATE)
         self._driver = QemuDriver(choose_accel(self._accel))
         store = LocalSnapshotStore(pool.root / "snapshots")
         self._snapshotter = Snapshotter(self._driver, store, self._importer)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.run_dir)  # QMP and agent sockets, consoles
         shutil.rmtree(self._scratch, ignore_errors=True)
         await self._sweep()
         self._warm_task = spawn(self._warm.refill_forever(), name="warm-pool-refill")
@@ -315,6 +317,7 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         if name not in TEMPLATES:
             raise UnknownTemplate(name, sorted(TEMPLATES))
         if name not in self._templates:
+            await build_public(self.cache_dir, name)
             image = await asyncio.to_thread(build_template, name, self.cache_dir, self._progress)
             self._templates[name] = image
         return self._templates[name]

@@ -54,11 +54,13 @@ class SandboxRecord:
         return bool(self.sandbox_id)
 
     def save(self, directory: Path) -> None:
-        """Atomically write the record (fsynced) into the sandbox's directory."""
-        directory.mkdir(parents=True, exist_ok=True)
+        """Atomically write the record (fsynced, 0600: it holds the sandbox's env) into
+        the sandbox's directory."""
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         payload = {"version": RECORD_VERSION, **asdict(self)}
         tmp = directory / f".{RECORD_FILE}.tmp"
-        with tmp.open("w") as handle:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
             json.dump(payload, handle)
             handle.flush()
             os.fsync(handle.fileno())

@@ -3,11 +3,14 @@
 `capture` freezes a VM, writes its state and a clone of its disk into one sealed
 snapshot; `start_from` clones the snapshot's disk for a sandbox and restores the
 VM onto it. The same pair serves suspend/restore and the per-template base
-snapshot that new sandboxes start from instead of booting.
+snapshot that new sandboxes start from instead of booting. A snapshot holds a
+sandbox's memory and disk, so its files are 0600 whatever umask wrote them
+(QEMU's migration helper runs under QEMU's own umask, 027).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -65,6 +68,7 @@ class Snapshotter:
         try:
             await self.driver.save(vm, partial)
             await self._importer.clone_disk(vm.config.root_disk, partial / DISK)
+            _private_files(partial)
             boot = BootFiles(vm.config.kernel, vm.config.initramfs, vm.config.agent_disk)
             manifest = {
                 **boot.manifest(),
@@ -85,3 +89,8 @@ class Snapshotter:
 
     def boot_files(self, snapshot: Path) -> BootFiles:
         return BootFiles.from_manifest(read_manifest(snapshot))
+
+
+def _private_files(directory: Path) -> None:
+    for item in directory.iterdir():
+        os.chmod(item, 0o600)

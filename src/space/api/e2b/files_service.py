@@ -43,8 +43,9 @@ def _absolute(path: str | None) -> str:
 
 @router.get("/health")
 async def health(request: Request, front: FrontDep, state: StateDep) -> Response:
+    """Whether the sandbox runs; a read, so never activity."""
     if request.headers.get("x-access-token"):
-        resolve(request, state.db, front.tokens)
+        resolve(request, state.db, front.tokens, activity=False)
     elif (sandbox_id := named_sandbox(request)) is not None:
         check_running(state.db, sandbox_id)
     return Response(status_code=204)

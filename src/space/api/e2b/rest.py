@@ -60,13 +60,12 @@ PrincipalDep = Annotated[Principal, Depends(_principal)]
 
 
 def _visible(state: AppState, principal: Principal, sandbox_id: str) -> Sandbox:
-    """The caller's sandbox as E2B sees it: error and deleting ones are not found."""
+    """The caller's sandbox as E2B sees it: error and deleting ones are not found.
+    A read: REST calls are not activity (envd's data-plane calls are)."""
     with state.db.session() as session:
-        repo = SandboxRepo(session)
-        row = repo.get(sandbox_id, org_id=principal.org_id)
-        if row.state not in E2B_STATE:
-            raise E2bError(404, f"sandbox {sandbox_id} not found")
-        repo.touch(row.id)
+        row = SandboxRepo(session).get(sandbox_id, org_id=principal.org_id)
+    if row.state not in E2B_STATE:
+        raise E2bError(404, f"sandbox {sandbox_id} not found")
     return row
 
 

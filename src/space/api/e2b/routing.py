@@ -7,6 +7,9 @@ sandbox, be unexpired, and its API key must still be valid (of the sandbox's org
 neither revoked nor expired): checked on every request. `/files` also accepts a
 signed URL instead of a token; a signed URL without any sandbox in it is matched
 against the live sandboxes' tokens.
+
+Data-plane calls record activity (idle auto-suspend); `/health` passes
+`activity=False` and `check_running` only reads.
 """
 
 from __future__ import annotations
@@ -51,7 +54,9 @@ def named_sandbox(request: Request) -> str | None:
     return match.group(2) if match else None
 
 
-def resolve(request: Request, db: Database, tokens: AccessTokens) -> EnvdTarget:
+def resolve(
+    request: Request, db: Database, tokens: AccessTokens, *, activity: bool = True
+) -> EnvdTarget:
     """The running sandbox an `X-Access-Token`-authenticated request is for."""
     token = request.headers.get("x-access-token")
     if not token:
@@ -62,7 +67,7 @@ def resolve(request: Request, db: Database, tokens: AccessTokens) -> EnvdTarget:
     named = named_sandbox(request)
     if named is not None and named != claims.sandbox_id:
         raise EnvdAuthError(f"the access token is not valid for sandbox {named}")
-    return running(db, claims.sandbox_id, claims.key_id)
+    return running(db, claims.sandbox_id, claims.key_id, activity=activity)
 
 
 def resolve_signed(
@@ -114,9 +119,9 @@ def check_running(db: Database, sandbox_id: str) -> None:
             raise SandboxNotRunning(f"sandbox {sandbox_id} is {row.state}, not running")
 
 
-def running(db: Database, sandbox_id: str, key_id: str) -> EnvdTarget:
-    """The sandbox if it is running and `key_id` may still reach it (its activity
-    recorded), else EnvdAuthError or SandboxNotRunning."""
+def running(db: Database, sandbox_id: str, key_id: str, *, activity: bool = True) -> EnvdTarget:
+    """The sandbox if it is running and `key_id` may still reach it (with `activity`,
+    recorded as the sandbox's activity), else EnvdAuthError or SandboxNotRunning."""
     with db.session() as session:
         repo = SandboxRepo(session)
         try:
@@ -127,5 +132,6 @@ def running(db: Database, sandbox_id: str, key_id: str) -> EnvdTarget:
             raise EnvdAuthError("the API key this access token was issued to is revoked or expired")
         if row.state != SandboxState.RUNNING.value:
             raise SandboxNotRunning(f"sandbox {sandbox_id} is {row.state}, not running")
-        repo.touch(row.id)
+        if activity:
+            repo.touch(row.id)
         return EnvdTarget(row.id, dict(row.env), row.org_id, key_id)

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Response
 from fastapi.responses import StreamingResponse
 
-from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep, require_running
+from space.api.deps import DataPlaneDep, PrincipalDep, SessionDep, StateDep, require_running
 from space.api.errors import ApiError
 from space.api.quotas import admit_command, release_command, reserve_command
 from space.api.revocation import KeyWatch
@@ -41,7 +41,7 @@ def to_request(body: ExecBody) -> ExecRequest:
 
 
 @router.post("/exec")
-async def exec_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) -> ExecOut:
+async def exec_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) -> ExecOut:
     """Run a command to completion and return its output."""
     timeout = body.timeout or state.settings.timeouts.exec
     request = replace(to_request(body), timeout=timeout)
@@ -65,7 +65,7 @@ async def exec_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) -> 
 
 
 @router.post("/commands", status_code=201)
-async def start_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) -> CommandCreated:
+async def start_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) -> CommandCreated:
     """Start a background command; follow it with `GET .../commands/{cid}/events`."""
     request = to_request(body)
     await require_running(state, sandbox)
@@ -87,7 +87,7 @@ async def start_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) ->
 )
 async def command_events(
     command_id: str,
-    sandbox: SandboxDep,
+    sandbox: DataPlaneDep,
     principal: PrincipalDep,
     state: StateDep,
     last_event_id: Annotated[str | None, Header()] = None,
@@ -106,7 +106,7 @@ async def command_events(
 
 @router.post("/commands/{command_id}/stdin", status_code=204)
 async def command_stdin(
-    command_id: str, body: StdinBody, sandbox: SandboxDep, state: StateDep, session: SessionDep
+    command_id: str, body: StdinBody, sandbox: DataPlaneDep, state: StateDep, session: SessionDep
 ) -> Response:
     """Write base64 `data` to the command's stdin; `eof: true` closes it."""
     CommandRepo(session).get(sandbox.id, command_id)
@@ -120,7 +120,7 @@ async def command_stdin(
 
 @router.post("/commands/{command_id}/signal", status_code=204)
 async def command_signal(
-    command_id: str, body: SignalBody, sandbox: SandboxDep, state: StateDep, session: SessionDep
+    command_id: str, body: SignalBody, sandbox: DataPlaneDep, state: StateDep, session: SessionDep
 ) -> Response:
     CommandRepo(session).get(sandbox.id, command_id)
     await state.commands.signal(command_id, _signum(body.signal))

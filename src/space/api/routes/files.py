@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from space.api.deps import SandboxDep, StateDep, require_running
+from space.api.deps import DataPlaneDep, StateDep, require_running
 from space.api.errors import ApiError
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}/files", tags=["files"])
@@ -60,7 +60,7 @@ RAW_BODY = {
 
 @router.put("", status_code=204, openapi_extra=RAW_BODY)
 async def write_file(
-    path: PathQuery, request: Request, sandbox: SandboxDep, state: StateDep
+    path: PathQuery, request: Request, sandbox: DataPlaneDep, state: StateDep
 ) -> None:
     """Write the raw request body to `path` (created or replaced)."""
     checked_path(path)
@@ -82,7 +82,7 @@ async def write_file(
     response_class=StreamingResponse,
     responses={200: {"content": {"application/octet-stream": {}}}},
 )
-async def read_file(path: PathQuery, sandbox: SandboxDep, state: StateDep) -> StreamingResponse:
+async def read_file(path: PathQuery, sandbox: DataPlaneDep, state: StateDep) -> StreamingResponse:
     """The file's bytes; errors are reported before the first byte is sent."""
     checked_path(path)
     await require_running(state, sandbox)

@@ -4,6 +4,10 @@ A sandbox disk is a `FICLONE` of its template disk, so templates and sandbox dis
 must share one filesystem that supports reflinks (btrfs, or XFS with reflink). When
 the data directory is on anything else, SPACE formats a sparse image file as btrfs
 and loop-mounts it over `<data_dir>/pool`.
+
+Every sandbox's disk and memory lives in the pool, so it is private: the data
+dir, the image and the mounted pool's root are 0700/0600, and whatever an older
+install left group/other-readable inside it is tightened at every start.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from space.node.storage.reflink import supports_reflink
+from space.private import private_dir, tighten
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +47,14 @@ class StoragePool:
 
 def ensure_pool(data_dir: Path, size: str = "64G") -> StoragePool:
     """Return a reflink-capable pool under `data_dir`, mounting a btrfs image if needed."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    mount_point = data_dir / POOL_MOUNT
-    mount_point.mkdir(exist_ok=True)
+    tighten(private_dir(data_dir))  # the image, and the pool if it is a plain directory
+    mount_point = private_dir(data_dir / POOL_MOUNT)
     if not _is_mounted(mount_point) and not supports_reflink(mount_point):
         _mount_loop_btrfs(data_dir / POOL_IMAGE, mount_point, size)
-    pool = StoragePool(mount_point)
-    pool.templates.mkdir(exist_ok=True)
-    pool.sandboxes.mkdir(exist_ok=True)
+    pool = StoragePool(private_dir(mount_point))  # a fresh btrfs root is 0755
+    private_dir(pool.templates)
+    private_dir(pool.sandboxes)
+    tighten(pool.root)
     return pool
 
 
@@ -62,6 +67,7 @@ def _mount_loop_btrfs(image: Path, mount_point: Path, size: str) -> None:
         log.info("creating a %s loop-backed btrfs pool at %s", size, image)
         _run(["truncate", "-s", size, str(image)])
         _run(["mkfs.btrfs", "-q", "-L", "space-pool", str(image)])
+    image.chmod(0o600)  # holds every sandbox's disk; 0644 before SPACE set a umask
     log.info("mounting btrfs pool %s on %s", image, mount_point)
     _run(["mount", "-o", "loop,noatime", str(image), str(mount_point)])
     if not supports_reflink(mount_point):

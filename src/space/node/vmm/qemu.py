@@ -89,6 +89,7 @@ class QemuDriver:
         config.run_dir.mkdir(parents=True, exist_ok=True)
         for stale in (config.agent_socket, config.control_socket, config.pid_file):
             stale.unlink(missing_ok=True)
+        config.console_log.touch(mode=0o600)  # QEMU daemonizes into umask 027
         cmdline = f"{config.cmdline} {guest_kernel_args(self.accel)}".strip()
         argv = qemu_argv(
             dataclasses.replace(config, cmdline=cmdline), self.accel, incoming=incoming
@@ -115,6 +116,8 @@ class QemuDriver:
             await watch.wait()
             watch.close()
             raise VmmError(f"QEMU did not answer QMP: {_tail(config.vmm_log)}") from exc
+        for socket in (config.agent_socket, config.control_socket):
+            socket.chmod(0o600)  # made under QEMU's umask 027
         log.info("vm %s started (pid %d, %s)", config.vm_id, pid, self.accel)
         return QemuVm(config, watch, qmp)
 
