@@ -86,7 +86,9 @@ def _local_node(settings: Settings) -> LocalNode:
     from space.node.local import LocalNode
     from space.node.network.egress import EgressConfig
     from space.node.templates import StderrProgress
+    from space.node.vmm.jail import JailConfig
 
+    vmm = settings.vmm
     return LocalNode(
         data_dir=settings.data_dir,
         cache_dir=settings.cache_dir,
@@ -98,6 +100,17 @@ def _local_node(settings: Settings) -> LocalNode:
         base_snapshots=settings.node.base_snapshots,
         warm_pools=settings.node.warm_pool,
         egress=EgressConfig(settings.gateway.resolver, settings.gateway.ca_file),
+        jail=JailConfig(
+            enabled=vmm.confine,
+            uid_base=vmm.uid_base,
+            uid_count=vmm.uid_count,
+            lease_dir=vmm.lease_dir,
+            cgroups=vmm.cgroups,
+            memory_overhead_mib=vmm.memory_overhead_mib,
+            pids_max=vmm.pids_max,
+            io_bps_per_vcpu=vmm.io_bps_per_vcpu,
+            io_iops_per_vcpu=vmm.io_iops_per_vcpu,
+        ),
     )
 
 

@@ -165,8 +165,10 @@ async def test_each_qemu_is_confined_and_cannot_open_another_sandboxs_files(
             assert int(_max_file_size(pids[s])) < 1 << 40  # no unbounded file
 
         # RAM of the base snapshot: one sealed copy shared by both clones
-        [mem_a], [mem_b] = _memory_fds(pids[a]), _memory_fds(pids[b])
-        assert os.stat(mem_a).st_ino == os.stat(mem_b).st_ino
+        mems = {s: _memory_fds(pid) for s, pid in pids.items()}
+        inodes = {s: {os.stat(fd).st_ino for fd in fds} for s, fds in mems.items()}
+        assert len(inodes[a]) == 1 and inodes[a] == inodes[b]
+        mem_a, mem_b = mems[a][0], mems[b][0]
         fd = os.open(mem_a, os.O_RDWR)
         try:
             with pytest.raises(PermissionError):

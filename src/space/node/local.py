@@ -55,6 +55,7 @@ from space.node.templates import (
 )
 from space.node.vmm.accel import choose_accel
 from space.node.vmm.base import NetworkAttachment, VmConfig, VmHandle, VmmDriver, VmmError
+from space.node.vmm.jail import JailConfig, Jailer
 from space.node.vmm.qemu import QemuDriver
 from space.node.warm import WarmPools
 from space.tasks import spawn
@@ -80,6 +81,7 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         base_snapshots: bool = True,
         warm_pools: dict[str, int] | None = None,
         egress: EgressConfig | None = None,
+        jail: JailConfig | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.cache_dir = cache_dir
@@ -90,6 +92,7 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         self._egress = Egress(egress, name=net_prefix)
         self._sandboxes: dict[str, Sandbox] = {}
         self._driver: VmmDriver | None = None
+        self._jail = jail or JailConfig()
         self._guest: GuestArtifacts | None = None
         self._records: RecordStore | None = None
         self._importer: TemplateImporter | None = None
@@ -115,7 +118,8 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         self._importer = TemplateImporter(pool)
         self._guest = await asyncio.to_thread(build_guest, self.cache_dir, self._progress)
         await self._template(DEFAULT_TEMPLATE)
-        self._driver = QemuDriver(choose_accel(self._accel))
+        jailer = Jailer(self._jail, self.run_dir) if self._jail.enabled else None
+        self._driver = QemuDriver(choose_accel(self._accel), jailer)
         store = LocalSnapshotStore(pool.root / "snapshots")
         self._snapshotter = Snapshotter(self._driver, store, self._importer)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -137,6 +141,8 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
                 await self._ready_driver().release(sandbox.vm)
         self._sandboxes.clear()
         await self._egress.close()
+        if self._driver is not None:
+            self._driver.close()
 
     async def destroy_all(self) -> None:
         await self._stop_refill()
