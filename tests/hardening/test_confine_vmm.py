@@ -64,9 +64,7 @@ print(json.dumps(result))
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def node(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalNode]:
     assert os.geteuid() == 0, "confinement tests need root"
-    async with throwaway_node(
-        tmp_path_factory.mktemp("confine"), "hc", warm_pools={}
-    ) as local:
+    async with throwaway_node(tmp_path_factory.mktemp("confine"), "hc", warm_pools={}) as local:
         yield local
 
 

@@ -3,8 +3,11 @@
 One seam, two implementations chosen by what the host mounts: `CgroupV2` (one
 unified tree: `cpu.max`, `memory.max`, `pids.max`, `io.max`) and `CgroupV1` (a
 hierarchy per controller: `cpu.cfs_quota_us`, `memory.limit_in_bytes`, `pids.max`,
-`blkio.throttle.*`). A cgroup is named `<root>/<owner>/<name>`, so a node sweeps
-only its own (`names`) and several nodes share a host.
+`blkio.throttle.*`). A cgroup sits at the top of the hierarchy, named
+`<root>.<owner>.<name>`, so a node sweeps only its own (`names`) and several nodes
+share a host. Flat on purpose: a common parent would be one scheduling entity, so
+every VM together would get the CPU share of a single host process; each VM's
+weight is its vCPU count instead.
 """
 
 from __future__ import annotations
@@ -39,10 +42,14 @@ class IoLimit:
 
 @dataclass(frozen=True)
 class Limits:
-    cpu_quota_us: int
+    vcpus: int  # cpu quota of that many cores, and that many times the default weight
     memory_bytes: int
     pids: int
     io: IoLimit | None = None
+
+    @property
+    def cpu_quota_us(self) -> int:
+        return self.vcpus * PERIOD_US
 
 
 class Cgroups(Protocol):
@@ -62,18 +69,18 @@ class Cgroups(Protocol):
 
 
 class CgroupV2:
-    """The unified hierarchy: controllers enabled down the path, limits in the leaf."""
+    """The unified hierarchy: controllers enabled at the top, limits in the VM's cgroup."""
 
     def __init__(self, mount: Path, root: str, owner: str) -> None:
         self._mount = mount
-        self._base = mount / root / owner
+        self._prefix = f"{root}.{owner}."
 
     def create(self, name: str, limits: Limits) -> list[Path]:
-        self._base.mkdir(parents=True, exist_ok=True)
-        _enable_controllers(self._mount, self._base)
-        leaf = self._base / name
+        _enable_controllers(self._mount)
+        leaf = self._mount / f"{self._prefix}{name}"
         leaf.mkdir(exist_ok=True)
         _write(leaf / "cpu.max", f"{limits.cpu_quota_us} {PERIOD_US}")
+        _write(leaf / "cpu.weight", str(100 * limits.vcpus))
         _write(leaf / "memory.max", str(limits.memory_bytes))
         _write(leaf / "pids.max", str(limits.pids))
         if limits.io is not None:
@@ -85,10 +92,10 @@ class CgroupV2:
         return [leaf / "cgroup.procs"]
 
     def remove(self, name: str) -> None:
-        _rmdir(self._base / name)
+        _rmdir(self._mount / f"{self._prefix}{name}")
 
     def names(self) -> list[str]:
-        return _children(self._base)
+        return _children(self._mount, self._prefix)
 
 
 class CgroupV1:
@@ -98,14 +105,17 @@ class CgroupV1:
         missing = [c for c in V1_CONTROLLERS if c not in mounts]
         if missing:
             raise CgroupError(f"cgroup v1 controllers not mounted: {', '.join(missing)}")
-        self._bases = {c: mounts[c] / root / owner for c in V1_CONTROLLERS}
+        self._mounts = {c: mounts[c] for c in V1_CONTROLLERS}
+        self._prefix = f"{root}.{owner}."
 
     def create(self, name: str, limits: Limits) -> list[Path]:
-        leaves = {c: base / name for c, base in self._bases.items()}
+        leaves = {c: mount / f"{self._prefix}{name}" for c, mount in self._mounts.items()}
         for leaf in leaves.values():
-            leaf.mkdir(parents=True, exist_ok=True)
-        _write(leaves["cpu"] / "cpu.cfs_period_us", str(PERIOD_US))
-        _write(leaves["cpu"] / "cpu.cfs_quota_us", str(limits.cpu_quota_us))
+            leaf.mkdir(exist_ok=True)
+        cpu = leaves["cpu"]
+        _write(cpu / "cpu.cfs_period_us", str(PERIOD_US))
+        _write(cpu / "cpu.cfs_quota_us", str(limits.cpu_quota_us))
+        _write(cpu / "cpu.shares", str(1024 * limits.vcpus))
         _write(leaves["memory"] / "memory.limit_in_bytes", str(limits.memory_bytes))
         _write(leaves["pids"] / "pids.max", str(limits.pids))
         if limits.io is not None:
@@ -118,11 +128,12 @@ class CgroupV1:
         return [leaf / "cgroup.procs" for leaf in leaves.values()]
 
     def remove(self, name: str) -> None:
-        for base in self._bases.values():
-            _rmdir(base / name)
+        for mount in self._mounts.values():
+            _rmdir(mount / f"{self._prefix}{name}")
 
     def names(self) -> list[str]:
-        return sorted({n for base in self._bases.values() for n in _children(base)})
+        found = {n for mount in self._mounts.values() for n in _children(mount, self._prefix)}
+        return sorted(found)
 
 
 def detect(
@@ -177,16 +188,13 @@ def _has_v2_controllers(mount: Path) -> bool:
     return set(V2_CONTROLLERS) <= available
 
 
-def _enable_controllers(mount: Path, base: Path) -> None:
-    """Each level above a leaf must hand the controllers down (`cgroup.subtree_control`)."""
-    level = mount
-    for part in (None, *base.relative_to(mount).parts):
-        if part is not None:
-            level = level / part
-        enabled = set(_read(level / "cgroup.subtree_control").split())
-        wanted = [f"+{c}" for c in V2_CONTROLLERS if c not in enabled]
-        if wanted:
-            _write(level / "cgroup.subtree_control", " ".join(wanted))
+def _enable_controllers(mount: Path) -> None:
+    """The top of the tree must hand the controllers down (`cgroup.subtree_control`)."""
+    control = mount / "cgroup.subtree_control"
+    enabled = set(_read(control).split())
+    wanted = [f"+{c}" for c in V2_CONTROLLERS if c not in enabled]
+    if wanted:
+        _write(control, " ".join(wanted))
 
 
 def _read(path: Path) -> str:
@@ -217,7 +225,8 @@ def _rmdir(path: Path) -> None:
     raise CgroupError(f"cgroup {path} still has processes")
 
 
-def _children(base: Path) -> list[str]:
-    if not base.is_dir():
+def _children(mount: Path, prefix: str) -> list[str]:
+    if not mount.is_dir():
         return []
-    return sorted(p.name for p in base.iterdir() if p.is_dir())
+    found = (p.name for p in mount.iterdir() if p.is_dir() and p.name.startswith(prefix))
+    return sorted(name.removeprefix(prefix) for name in found)

@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from space.node.vmm.cgroups import PERIOD_US, Cgroups, IoLimit, Limits, block_device, detect
+from space.node.vmm.cgroups import Cgroups, IoLimit, Limits, block_device, detect
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class Jailer:
 
     def __init__(self, config: JailConfig, run_dir: Path) -> None:
         self.config = config
-        owner = run_dir.name or "space"
+        owner = str(run_dir).strip("/").replace("/", "-") or "root"
         self._leases = UidLeases(config.lease_dir, config.uid_base, config.uid_count, str(run_dir))
         self._cgroups: Cgroups = detect(config.cgroups, config.cgroup_root, owner)
 
@@ -143,7 +143,7 @@ class Jailer:
                 device, vcpus * self.config.io_bps_per_vcpu, vcpus * self.config.io_iops_per_vcpu
             )
         return Limits(
-            cpu_quota_us=vcpus * PERIOD_US,
+            vcpus=vcpus,
             memory_bytes=(memory_mib + self.config.memory_overhead_mib) * MIB,
             pids=self.config.pids_max,
             io=io,
