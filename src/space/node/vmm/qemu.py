@@ -241,11 +241,17 @@ def _qemu(vm: VmHandle) -> QemuVm:
 
 def _open_drives(config: VmConfig) -> DriveFds:
     """The drives opened by the node, read-write and read-only, for QEMU's fd sets."""
-    flags = os.O_CLOEXEC
-    root_rw = os.open(config.root_disk, os.O_RDWR | flags)
-    root_ro = os.open(config.root_disk, os.O_RDONLY | flags)
-    agent_ro = os.open(config.agent_disk, os.O_RDONLY | flags)
-    return DriveFds(root_rw, root_ro, agent_ro)
+    root, agent = config.root_disk, config.agent_disk
+    wanted = ((root, os.O_RDWR), (root, os.O_RDONLY), (agent, os.O_RDONLY))
+    opened: list[int] = []
+    try:
+        for path, mode in wanted:
+            opened.append(os.open(path, mode | os.O_CLOEXEC))
+    except BaseException:
+        for fd in opened:
+            os.close(fd)
+        raise
+    return DriveFds(*opened)
 
 
 async def _connect_while_alive(config: VmConfig, child: asyncio.subprocess.Process) -> QmpClient:
