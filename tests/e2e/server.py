@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 
+from space.node.vmm.jail import JailConfig, Jailer
 from tests.pg import PgDatabase
 
 HEALTH_TIMEOUT = 600.0  # a cold cache builds the guest images first
@@ -223,6 +224,7 @@ class SpaceServer:
         pool = self.data_dir / "pool"
         if subprocess.run(["mountpoint", "-q", str(pool)], check=False).returncode == 0:
             _umount(pool)
+        Jailer(JailConfig(), self.run_dir).sweep(set())  # cgroups and uids of the VMMs killed
         if leaks:
             leaks.append(f"space up log:\n{self.log_tail()}")
         shutil.rmtree(self.run_dir, ignore_errors=True)
