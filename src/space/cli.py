@@ -125,7 +125,9 @@ def _local_node(settings: Settings) -> LocalNode:
     from space.node.local import LocalNode
     from space.node.network.egress import EgressConfig
     from space.node.templates import StderrProgress
+    from space.node.vmm.jail import JailConfig
 
+    vmm = settings.vmm
     return LocalNode(
         data_dir=settings.data_dir,
         cache_dir=settings.cache_dir,
@@ -142,6 +144,17 @@ def _local_node(settings: Settings) -> LocalNode:
             open_ranges=settings.egress.open_cidrs,
             protected_hosts=_protected_hosts(settings),
             refresh_seconds=settings.egress.refresh_seconds,
+        ),
+        jail=JailConfig(
+            enabled=vmm.confine,
+            uid_base=vmm.uid_base,
+            uid_count=vmm.uid_count,
+            lease_dir=vmm.lease_dir,
+            cgroups=vmm.cgroups,
+            memory_overhead_mib=vmm.memory_overhead_mib,
+            pids_max=vmm.pids_max,
+            io_bps_per_vcpu=vmm.io_bps_per_vcpu,
+            io_iops_per_vcpu=vmm.io_iops_per_vcpu,
         ),
     )
 

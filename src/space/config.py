@@ -187,6 +187,24 @@ class QuotaConfig(BaseSettings):
         )
 
 
+class VmmConfig(BaseSettings):
+    """VMM confinement (`SPACE_VMM_*`): each VM's own uid from `uid_base` on, its cgroup's
+    limits (`memory_overhead_mib` on top of the sandbox's memory, `pids_max`, io per vCPU),
+    `cgroups` = `auto` (v2 if mounted with its controllers, else v1), `v1` or `v2`."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_VMM_", extra="ignore")
+
+    confine: bool = True
+    uid_base: int = Field(default=900_000_000, ge=1000, le=4_000_000_000)
+    uid_count: int = Field(default=65_536, ge=1, le=1_000_000)
+    lease_dir: Path = Path("/run/space-vmm-uids")
+    cgroups: Literal["auto", "v1", "v2"] = "auto"
+    memory_overhead_mib: int = Field(default=256, ge=32)
+    pids_max: int = Field(default=256, ge=16)
+    io_bps_per_vcpu: int = Field(default=200 << 20, gt=0)
+    io_iops_per_vcpu: int = Field(default=4000, gt=0)
+
+
 class Settings(BaseSettings):
     """Everything one SPACE process needs."""
 
@@ -216,6 +234,7 @@ class Settings(BaseSettings):
                 f"(got {len(value)}); generate one with `openssl rand -hex 24`"
             )
         return value
+    vmm: VmmConfig = Field(default_factory=VmmConfig)
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 
+from space.node.vmm.jail import JailConfig, Jailer
 from tests.pg import PgDatabase
 
 HEALTH_TIMEOUT = 600.0  # a cold cache builds the guest images first
@@ -229,7 +230,8 @@ class SpaceServer:
                 subprocess.run(["ip", "netns", "delete", name], check=False)
         pool = self.data_dir / "pool"
         if subprocess.run(["mountpoint", "-q", str(pool)], check=False).returncode == 0:
-            subprocess.run(["umount", str(pool)], check=True)
+            _umount(pool)
+        Jailer(JailConfig(), self.run_dir).sweep(set())  # cgroups and uids of the VMMs killed
         if leaks:
             leaks.append(f"space up log:\n{self.log_tail()}")
         shutil.rmtree(self.run_dir, ignore_errors=True)
@@ -283,6 +285,15 @@ def _owners(records: Path) -> dict[str, str]:
 
 def _children(directory: Path) -> set[str]:
     return {p.name for p in directory.iterdir()} if directory.is_dir() else set()
+
+
+def _umount(path: Path, timeout: float = 30.0) -> None:
+    """Unmount once the VMMs just killed have exited (until then they hold the pool)."""
+    deadline = time.monotonic() + timeout
+    while subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+        if time.monotonic() > deadline:
+            subprocess.run(["umount", str(path)], check=True)
+        time.sleep(0.1)
 
 
 def _kill(pid: int) -> None:

@@ -56,6 +56,7 @@ from space.node.templates import (
 )
 from space.node.vmm.accel import choose_accel
 from space.node.vmm.base import NetworkAttachment, VmConfig, VmHandle, VmmDriver, VmmError
+from space.node.vmm.jail import JailConfig, Jailer
 from space.node.vmm.qemu import QemuDriver
 from space.node.warm import WarmPools
 from space.private import private_dir
@@ -82,6 +83,7 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         base_snapshots: bool = True,
         warm_pools: dict[str, int] | None = None,
         egress: EgressConfig | None = None,
+        jail: JailConfig | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.cache_dir = cache_dir
@@ -92,6 +94,7 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         self._egress = Egress(egress, name=net_prefix)
         self._sandboxes: dict[str, Sandbox] = {}
         self._driver: VmmDriver | None = None
+        self._jail = jail or JailConfig()
         self._guest: GuestArtifacts | None = None
         self._records: RecordStore | None = None
         self._importer: TemplateImporter | None = None
@@ -117,7 +120,8 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         self._importer = TemplateImporter(pool)
         await self._template(DEFAULT_TEMPLATE)  # and the guest artifacts, built publicly
         self._guest = await asyncio.to_thread(build_guest, self.cache_dir, self._progress)
-        self._driver = QemuDriver(choose_accel(self._accel))
+        jailer = Jailer(self._jail, self.run_dir) if self._jail.enabled else None
+        self._driver = QemuDriver(choose_accel(self._accel), jailer)
         store = LocalSnapshotStore(pool.root / "snapshots")
         self._snapshotter = Snapshotter(self._driver, store, self._importer)
         private_dir(self.run_dir)  # QMP and agent sockets, consoles
@@ -139,6 +143,8 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
                 await self._ready_driver().release(sandbox.vm)
         self._sandboxes.clear()
         await self._egress.close()
+        if self._driver is not None:
+            self._driver.close()
 
     async def destroy_all(self) -> None:
         await self._stop_refill()

@@ -71,3 +71,4 @@ class RecoveryMixin:
                 log.warning("stopping orphaned VM %s", run.name)
                 await driver.stop(vm)
             shutil.rmtree(run, ignore_errors=True)
+        await driver.sweep({s.record.slot for s in self._sandboxes.values() if s.vm is not None})

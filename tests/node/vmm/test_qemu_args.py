@@ -3,7 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from space.node.vmm.base import NetworkAttachment, VmConfig
-from space.node.vmm.qemu_args import qemu_argv
+from space.node.vmm.jail import Jail
+from space.node.vmm.qemu_args import SECCOMP, DriveFds, qemu_argv
 
 
 def _config(network: NetworkAttachment | None = None) -> VmConfig:
@@ -54,3 +55,32 @@ def test_network_only_when_attached() -> None:
 def test_incoming_migration_is_appended() -> None:
     argv = qemu_argv(_config(), "tcg", incoming="file:/s/state")
     assert _option(argv, "-incoming") == ["file:/s/state"]
+
+
+def test_seccomp_always_and_a_jail_drops_to_its_uid_in_its_chroot() -> None:
+    assert _option(qemu_argv(_config(), "tcg"), "-sandbox") == [SECCOMP]
+    assert "spawn=deny" in SECCOMP and "resourcecontrol=deny" in SECCOMP
+    jail = Jail("abc", 900_000_001, Path("/run/space/abc/jail"), (), 1 << 30)
+    argv = qemu_argv(_config(), "tcg", jail=jail)
+    assert _option(argv, "-runas") == ["900000001:900000001"]
+    assert _option(argv, "-chroot") == ["/run/space/abc/jail"]
+    assert "-daemonize" not in argv  # spawn=deny forbids its fork
+
+
+def test_drives_come_from_fd_sets_when_the_node_opened_them() -> None:
+    argv = qemu_argv(_config(), "tcg", drive_fds=DriveFds(10, 11, 12))
+    drives = _option(argv, "-drive")
+    assert any("id=root,file=/dev/fdset/1" in d for d in drives)
+    assert any("id=agent,file=/dev/fdset/2" in d and "readonly=on" in d for d in drives)
+    assert _option(argv, "-add-fd") == ["fd=10,set=1", "fd=11,set=1", "fd=12,set=2"]
+    assert "/p/disk.ext4" not in " ".join(argv)
+
+
+def test_wrapper_joins_cgroups_caps_file_size_and_execs_the_vmm() -> None:
+    jail = Jail(
+        "abc", 1, Path("/j"), (Path("/cg/a/cgroup.procs"), Path("/cg/b/cgroup.procs")), 1024
+    )
+    argv = jail.wrap(["qemu", "-name", "x y"])
+    assert argv[:2] == ["sh", "-c"] and argv[3:] == ["space-jail", "qemu", "-name", "x y"]
+    assert "echo $$ > /cg/a/cgroup.procs && echo $$ > /cg/b/cgroup.procs" in argv[2]
+    assert "ulimit -f 2 && exec" in argv[2]

@@ -199,6 +199,12 @@ class FirecrackerDriver:
     def agent_socket(self, vm: VmHandle) -> Path:
         return vm.config.agent_socket
 
+    async def sweep(self, live: set[str]) -> None:
+        """Nothing to sweep: this driver runs Firecracker unconfined (see ADR 0004)."""
+
+    def close(self) -> None:
+        """Holds nothing beyond its VMs."""
+
     async def _call(self, vm: VmHandle, method: str, path: str, body: dict[str, Any]) -> None:
         transport = httpx.AsyncHTTPTransport(uds=str(vm.config.control_socket))
         async with httpx.AsyncClient(transport=transport, timeout=API_TIMEOUT) as client:

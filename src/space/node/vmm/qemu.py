@@ -1,10 +1,18 @@
-"""The default VMM driver: Debian's qemu-system-x86_64, machine `microvm`, controlled over QMP."""
+"""The default VMM driver: Debian's qemu-system-x86_64, machine `microvm`, controlled over QMP.
+
+With a `Jailer`, each QEMU starts as root in its VM's cgroup, opens its files, then
+chroots into an empty jail dir and runs as the VM's own uid under seccomp
+(`jail.py`, docs/adr/0004-vmm-confinement.md). QEMU runs in the foreground as the
+node's child (in its own session, so it outlives the node for adoption).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,10 +20,12 @@ from pathlib import Path
 from space.node.storage.reflink import clone_file
 from space.node.vmm.accel import Accel, guest_kernel_args
 from space.node.vmm.base import VmConfig, VmExited, VmHandle, VmmError, VmmUnavailable
+from space.node.vmm.jail import STATE_MARGIN, Jail, Jailer
 from space.node.vmm.process import ProcessWatch, process_matches, read_pid
-from space.node.vmm.qemu_args import QEMU_BINARY, qemu_argv
+from space.node.vmm.qemu_args import QEMU_BINARY, DriveFds, qemu_argv
 from space.node.vmm.qemu_migration import load_state, save_state
 from space.node.vmm.qmp import QmpClient, QmpError
+from space.node.vmm.shared_memory import SharedMemory
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +57,12 @@ class QemuDriver:
 
     name = "qemu"
 
-    def __init__(self, accel: Accel) -> None:
+    def __init__(self, accel: Accel, jailer: Jailer | None = None) -> None:
         if shutil.which(QEMU_BINARY) is None:
             raise VmmUnavailable(f"{QEMU_BINARY} is missing: apt-get install qemu-system-x86")
         self.accel = accel
+        self.jailer = jailer
+        self._shared = SharedMemory()
 
     async def boot(self, config: VmConfig) -> QemuVm:
         return await self._launch(config, incoming=None)
@@ -64,20 +76,26 @@ class QemuDriver:
         qmp = self._qmp(vm)
         await qmp.execute("stop")
         shared = vm.config.memory_shared and vm.config.memory_file is not None
-        await save_state(qmp, directory / STATE_FILE, skip_shared_ram=shared)
+        limit = vm.config.memory_mib * (1 << 20) + STATE_MARGIN
+        await save_state(qmp, directory / STATE_FILE, skip_shared_ram=shared, max_bytes=limit)
         if shared and vm.config.memory_file is not None:
             await asyncio.to_thread(clone_file, vm.config.memory_file, directory / MEMORY_FILE)
 
     async def restore(self, config: VmConfig, directory: Path) -> QemuVm:
         """Start a VM from a saved state; `config` must describe the same devices.
 
-        A state saved with its RAM in a memory file restores with that file
-        mapped private: pages are shared with every other clone until written.
+        A state saved with its RAM in a memory file restores with a sealed copy
+        of it mapped private (`shared_memory.py`): pages are shared with every
+        other clone until written.
         """
         memory = directory / MEMORY_FILE
+        pass_fds: tuple[int, ...] = ()
         if memory.exists():
-            config = dataclasses.replace(config, memory_file=memory, memory_shared=False)
-        vm = await self._launch(config, incoming="defer")
+            fd = await asyncio.to_thread(self._shared.fd, memory)
+            pass_fds = (fd,)
+            mapped = Path(f"/proc/self/fd/{fd}")
+            config = dataclasses.replace(config, memory_file=mapped, memory_shared=False)
+        vm = await self._launch(config, incoming="defer", pass_fds=pass_fds)
         try:
             await load_state(vm.qmp, directory / STATE_FILE, skip_shared_ram=memory.exists())
         except BaseException:
@@ -85,41 +103,83 @@ class QemuDriver:
             raise
         return vm
 
-    async def _launch(self, config: VmConfig, incoming: str | None) -> QemuVm:
-        config.run_dir.mkdir(parents=True, exist_ok=True)
+    async def _launch(
+        self, config: VmConfig, incoming: str | None, pass_fds: tuple[int, ...] = ()
+    ) -> QemuVm:
+        config.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         for stale in (config.agent_socket, config.control_socket, config.pid_file):
             stale.unlink(missing_ok=True)
-        config.console_log.touch(mode=0o600)  # QEMU daemonizes into umask 027
+        config.console_log.touch(mode=0o600)  # 0600 whatever umask QEMU runs under
+        jail = await self._enter(config)
+        try:
+            return await self._spawn(config, incoming, pass_fds, jail)
+        except BaseException:
+            await self._leave(config.vm_id)
+            raise
+
+    async def _spawn(
+        self, config: VmConfig, incoming: str | None, pass_fds: tuple[int, ...], jail: Jail | None
+    ) -> QemuVm:
         cmdline = f"{config.cmdline} {guest_kernel_args(self.accel)}".strip()
+        drives = _open_drives(config) if jail is not None else None
         argv = qemu_argv(
-            dataclasses.replace(config, cmdline=cmdline), self.accel, incoming=incoming
+            dataclasses.replace(config, cmdline=cmdline),
+            self.accel,
+            incoming=incoming,
+            jail=jail,
+            drive_fds=drives,
         )
         if config.network is not None:
             argv = ["ip", "netns", "exec", config.network.netns, *argv]
-        with config.vmm_log.open("ab") as log_file:
-            launcher = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=log_file,
-                start_new_session=True,
-            )
-            status = await asyncio.wait_for(launcher.wait(), LAUNCH_TIMEOUT)
-        pid = read_pid(config.pid_file)
-        if status != 0 or pid is None:
-            raise VmmError(f"QEMU did not start (status {status}): {_tail(config.vmm_log)}")
-        watch = ProcessWatch(pid)
+        if jail is not None:  # outermost: `ip netns exec` remounts /sys, hiding the cgroups
+            argv = jail.wrap(argv)
+        inherited = pass_fds + (drives.all() if drives is not None else ())
         try:
-            qmp = await QmpClient.connect(config.control_socket)
-        except QmpError as exc:
+            with config.vmm_log.open("ab") as log_file:
+                child = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=log_file,
+                    start_new_session=True,
+                    pass_fds=inherited,
+                )
+        finally:
+            for fd in drives.all() if drives is not None else ():
+                os.close(fd)
+        watch = ProcessWatch(child.pid, child)
+        try:
+            qmp = await _connect_while_alive(config, child)
+        except BaseException:
             watch.kill()
             await watch.wait()
             watch.close()
-            raise VmmError(f"QEMU did not answer QMP: {_tail(config.vmm_log)}") from exc
+            raise
         for socket in (config.agent_socket, config.control_socket):
-            socket.chmod(0o600)  # made under QEMU's umask 027
-        log.info("vm %s started (pid %d, %s)", config.vm_id, pid, self.accel)
+            socket.chmod(0o600)  # 0600 whatever umask QEMU made them under
+        log.info("vm %s started (pid %d, %s)", config.vm_id, child.pid, self.accel)
         return QemuVm(config, watch, qmp)
+
+    async def _enter(self, config: VmConfig) -> Jail | None:
+        if self.jailer is None:
+            return None
+        return await asyncio.to_thread(
+            self.jailer.enter,
+            config.vm_id,
+            config.run_dir,
+            config.vcpus,
+            config.memory_mib,
+            config.root_disk,
+        )
+
+    async def _leave(self, vm_id: str) -> None:
+        if self.jailer is not None:
+            await asyncio.to_thread(self.jailer.leave, vm_id)
+
+    async def sweep(self, live: set[str]) -> None:
+        """Remove confinement (cgroups, uid leases) that no live VM uses."""
+        if self.jailer is not None:
+            await asyncio.to_thread(self.jailer.sweep, live)
 
     async def adopt(self, config: VmConfig) -> QemuVm | None:
         pid = read_pid(config.pid_file)
@@ -155,6 +215,7 @@ class QemuDriver:
         await qvm.wait()
         await qvm.qmp.close()
         qvm.watch.close()
+        await self._leave(vm.config.vm_id)
 
     async def release(self, vm: VmHandle) -> None:
         qvm = _qemu(vm)
@@ -163,6 +224,10 @@ class QemuDriver:
 
     def agent_socket(self, vm: VmHandle) -> Path:
         return vm.config.agent_socket
+
+    def close(self) -> None:
+        """Drop the sealed base memory copies (running clones keep their own mapping)."""
+        self._shared.close()
 
     def _qmp(self, vm: VmHandle) -> QmpClient:
         qvm = _qemu(vm)
@@ -175,6 +240,41 @@ def _qemu(vm: VmHandle) -> QemuVm:
     if not isinstance(vm, QemuVm):
         raise TypeError(f"not a QEMU vm: {vm!r}")
     return vm
+
+
+def _open_drives(config: VmConfig) -> DriveFds:
+    """The drives opened by the node, read-write and read-only, for QEMU's fd sets."""
+    root, agent = config.root_disk, config.agent_disk
+    wanted = ((root, os.O_RDWR), (root, os.O_RDONLY), (agent, os.O_RDONLY))
+    opened: list[int] = []
+    try:
+        for path, mode in wanted:
+            opened.append(os.open(path, mode | os.O_CLOEXEC))
+    except BaseException:
+        for fd in opened:
+            os.close(fd)
+        raise
+    return DriveFds(*opened)
+
+
+async def _connect_while_alive(config: VmConfig, child: asyncio.subprocess.Process) -> QmpClient:
+    """QMP once QEMU has opened its socket; an error as soon as QEMU exits instead."""
+    connect = asyncio.ensure_future(QmpClient.connect(config.control_socket, LAUNCH_TIMEOUT))
+    exited = asyncio.ensure_future(child.wait())
+    try:
+        done, _ = await asyncio.wait((connect, exited), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        exited.cancel()
+        if not connect.done():
+            connect.cancel()
+            with contextlib.suppress(asyncio.CancelledError, QmpError):
+                await connect
+    if connect not in done:
+        raise VmmError(f"QEMU did not start (status {child.returncode}): {_tail(config.vmm_log)}")
+    try:
+        return connect.result()
+    except QmpError as exc:
+        raise VmmError(f"QEMU did not answer QMP: {_tail(config.vmm_log)}") from exc
 
 
 def _tail(path: Path, limit: int = 2000) -> str:

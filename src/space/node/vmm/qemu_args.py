@@ -2,15 +2,46 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from space.node.vmm.accel import Accel
 from space.node.vmm.base import VmConfig
+from space.node.vmm.jail import Jail
 
 QEMU_BINARY = "qemu-system-x86_64"
+# elevateprivileges=deny would also kill QEMU's own -runas drop (QEMU 7.2): see ADR 0004.
+SECCOMP = "on,obsolete=deny,elevateprivileges=allow,spawn=deny,resourcecontrol=deny"
 
 
-def qemu_argv(config: VmConfig, accel: Accel, *, incoming: str | None = None) -> list[str]:
-    """All devices are virtio-mmio: blk (root, agent), net (tap), serial (agent), rng."""
+@dataclass(frozen=True)
+class DriveFds:
+    """Descriptors the node opened for the drives; QEMU takes (and, chrooted, re-takes
+    with other flags) them from `/dev/fdset/N`, never by path."""
+
+    root_rw: int
+    root_ro: int
+    agent_ro: int
+
+    def all(self) -> tuple[int, int, int]:
+        return (self.root_rw, self.root_ro, self.agent_ro)
+
+
+def qemu_argv(
+    config: VmConfig,
+    accel: Accel,
+    *,
+    incoming: str | None = None,
+    jail: Jail | None = None,
+    drive_fds: DriveFds | None = None,
+) -> list[str]:
+    """All devices are virtio-mmio: blk (root, agent), net (tap), serial (agent), rng.
+
+    QEMU stays in the foreground (seccomp `spawn=deny` forbids `-daemonize`'s fork).
+    """
     cpu = "host" if accel == "kvm" else "max"
+    root_disk, agent_disk = str(config.root_disk), str(config.agent_disk)
+    if drive_fds is not None:
+        root_disk, agent_disk = "/dev/fdset/1", "/dev/fdset/2"
     argv = [
         QEMU_BINARY,
         "-name",
@@ -31,7 +62,6 @@ def qemu_argv(config: VmConfig, accel: Accel, *, incoming: str | None = None) ->
         "-no-user-config",
         "-display",
         "none",
-        "-daemonize",
         "-no-reboot",
         "-kernel",
         str(config.kernel),
@@ -40,11 +70,11 @@ def qemu_argv(config: VmConfig, accel: Accel, *, incoming: str | None = None) ->
         "-append",
         config.cmdline,
         "-drive",
-        f"id=root,file={config.root_disk},format=raw,if=none,discard=unmap",
+        f"id=root,file={root_disk},format=raw,if=none,discard=unmap",
         "-device",
         "virtio-blk-device,drive=root",
         "-drive",
-        f"id=agent,file={config.agent_disk},format=raw,if=none,readonly=on",
+        f"id=agent,file={agent_disk},format=raw,if=none,readonly=on",
         "-device",
         "virtio-blk-device,drive=agent",
         "-device",
@@ -75,6 +105,21 @@ def qemu_argv(config: VmConfig, accel: Accel, *, incoming: str | None = None) ->
         ]
     if incoming is not None:
         argv += ["-incoming", incoming]
+    return argv + _drive_fds(drive_fds) + _confinement(jail)
+
+
+def _drive_fds(fds: DriveFds | None) -> list[str]:
+    if fds is None:
+        return []
+    sets = ((fds.root_rw, 1), (fds.root_ro, 1), (fds.agent_ro, 2))
+    return [arg for fd, fdset in sets for arg in ("-add-fd", f"fd={fd},set={fdset}")]
+
+
+def _confinement(jail: Jail | None) -> list[str]:
+    """Seccomp always; with a jail, chroot and drop to its uid once every file is open."""
+    argv = ["-sandbox", SECCOMP]
+    if jail is not None:
+        argv += ["-runas", f"{jail.uid}:{jail.gid}", "-chroot", str(jail.root)]
     return argv
 
 

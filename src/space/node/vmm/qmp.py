@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import array
 import asyncio
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,10 @@ class QmpError(VmmError):
 class QmpClient:
     """One QMP session. Commands are serialised; asynchronous events are kept."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, sock: socket.socket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self._sock = sock  # kept to pass file descriptors (SCM_RIGHTS) beside the stream
         self._reader = reader
         self._writer = writer
         self._lock = asyncio.Lock()
@@ -27,16 +32,21 @@ class QmpClient:
 
     @classmethod
     async def connect(cls, path: Path, timeout: float = QMP_TIMEOUT) -> QmpClient:
-        deadline = asyncio.get_running_loop().time() + timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
             try:
-                reader, writer = await asyncio.open_unix_connection(str(path), limit=1 << 20)
+                await loop.sock_connect(sock, str(path))
                 break
             except (FileNotFoundError, ConnectionRefusedError) as exc:
-                if asyncio.get_running_loop().time() > deadline:
+                sock.close()
+                if loop.time() > deadline:
                     raise QmpError(f"QMP socket {path} did not open: {exc}") from exc
                 await asyncio.sleep(0.01)
-        client = cls(reader, writer)
+        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 20)
+        client = cls(sock, reader, writer)
         await client._read_message()  # greeting
         await client.execute("qmp_capabilities")
         return client
@@ -51,15 +61,19 @@ class QmpClient:
                 await asyncio.wait_for(self._writer.drain(), QMP_TIMEOUT)
             except (OSError, TimeoutError) as exc:
                 raise QmpError(f"{command}: QMP connection lost ({exc})") from exc
-            while True:
-                reply = await self._read_message()
-                if "event" in reply:
-                    self.events.append(reply)
-                    continue
-                if "error" in reply:
-                    error = reply["error"]
-                    raise QmpError(f"{command}: {error.get('class')}: {error.get('desc')}")
-                return reply.get("return")
+            return await self._reply(command)
+
+    async def send_fd(self, name: str, fd: int) -> None:
+        """Hand QEMU an open file as `name` (QMP `getfd`), e.g. for `migrate fd:name`."""
+        message = json.dumps({"execute": "getfd", "arguments": {"fdname": name}}).encode()
+        async with self._lock:
+            await self._writer.drain()  # the stream is empty: the fd travels with this message
+            try:
+                rights = (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))
+                self._sock.sendmsg([message + b"\n"], [rights])
+            except OSError as exc:
+                raise QmpError(f"getfd: QMP connection lost ({exc})") from exc
+            await self._reply("getfd")
 
     async def wait_event(self, name: str, timeout: float = QMP_TIMEOUT) -> dict[str, Any]:
         """Wait for an asynchronous event (already received ones count)."""
@@ -70,6 +84,18 @@ class QmpClient:
                         self.events.remove(event)
                         return event
                 self.events.append(await self._read_message(timeout))
+
+    async def _reply(self, command: str) -> Any:
+        """The answer to `command`; events read meanwhile are kept (caller holds the lock)."""
+        while True:
+            reply = await self._read_message()
+            if "event" in reply:
+                self.events.append(reply)
+                continue
+            if "error" in reply:
+                error = reply["error"]
+                raise QmpError(f"{command}: {error.get('class')}: {error.get('desc')}")
+            return reply.get("return")
 
     async def close(self) -> None:
         self._writer.close()
