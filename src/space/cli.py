@@ -83,6 +83,7 @@ async def _serve_with_node(settings: Settings) -> None:
 
 
 def _local_node(settings: Settings) -> LocalNode:
+    from space.gateway.limits import GatewayLimits
     from space.node.local import LocalNode
     from space.node.network.egress import EgressConfig
     from space.node.templates import StderrProgress
@@ -97,7 +98,11 @@ def _local_node(settings: Settings) -> LocalNode:
         progress=StderrProgress(),
         base_snapshots=settings.node.base_snapshots,
         warm_pools=settings.node.warm_pool,
-        egress=EgressConfig(settings.gateway.resolver, settings.gateway.ca_file),
+        egress=EgressConfig(
+            settings.gateway.resolver,
+            settings.gateway.ca_file,
+            limits=GatewayLimits.from_config(settings.gateway),
+        ),
     )
 
 

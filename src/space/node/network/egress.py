@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from space.gateway import Gateway, Policy, UnknownSandbox
+from space.gateway.limits import GatewayLimits
 from space.gateway.policy import IPNetwork
 from space.node.agent import AgentClient
 from space.node.client import ExecRequest
@@ -47,11 +48,13 @@ printf '[global]\\ncert = {GUEST_BUNDLE}\\n' > /etc/pip.conf
 @dataclass(frozen=True)
 class EgressConfig:
     """`SPACE_GATEWAY_RESOLVER` (host[:port]), `SPACE_GATEWAY_CA_FILE`, and for tests the
-    namespace the gateway's upstream sockets are made in (None: the node's own)."""
+    namespace the gateway's upstream sockets are made in (None: the node's own), and
+    the gateway's per-sandbox limits."""
 
     resolver: str = ""
     ca_file: Path | None = None
     upstream_netns: str | None = None
+    limits: GatewayLimits = GatewayLimits()
 
     def resolver_address(self) -> tuple[str, int]:
         text = self.resolver or _system_resolver()
@@ -72,6 +75,7 @@ class Egress:
             ca_file=config.ca_file,
             upstream_netns=config.upstream_netns,
             mark=fence.mark_for(name),
+            limits=config.limits,
         )
 
     async def attach(
