@@ -66,9 +66,8 @@ class GatewayConfig(BaseSettings):
     (extra trust anchors for upstream certificates, e.g. a test internet's CA).
 
     Per-sandbox and node-wide limits (`SPACE_GATEWAY_CONNECTIONS_PER_SANDBOX`, ...;
-    names as in `space.gateway.limits.GatewayLimits`, which documents each): one
-    sandbox holds at most ~`connections_per_sandbox + upstreams_per_sandbox +
-    dns_inflight_per_sandbox + 4` of the node's file descriptors.
+    names as in `space.gateway.limits.GatewayLimits`, whose `fds_per_sandbox` and
+    `fds_per_node` give the file-descriptor budget they imply).
     """
 
     model_config = SettingsConfigDict(env_prefix="SPACE_GATEWAY_", extra="ignore")
@@ -84,6 +83,7 @@ class GatewayConfig(BaseSettings):
     dns_inflight_per_sandbox: int = Field(default=32, gt=0)
     resolutions_per_node: int = Field(default=256, gt=0)
     upstreams_per_sandbox: int = Field(default=256, gt=0)
+    upstreams_per_node: int = Field(default=8192, gt=0)
     handshake_timeout: float = Field(default=10.0, gt=0)
     first_request_timeout: float = Field(default=20.0, gt=0)
     idle_timeout: float = Field(default=120.0, gt=0)

@@ -97,3 +97,20 @@ def test_the_fd_budget_counts_every_kind_of_socket() -> None:
     )
     assert limits.fds_per_sandbox() == 4 + 10 + 20 + 3
     assert GatewayLimits().fds_per_sandbox() == 548
+
+
+def test_upstream_connections_are_capped_per_sandbox_and_per_node() -> None:
+    limits = GatewayLimits(upstreams_per_sandbox=2, upstreams_per_node=3)
+    node = NodeQuotas.of(limits)
+    first, second = Admission(limits, node), Admission(limits, node)
+    assert [first.upstream() for _ in range(3)] == [None, None, Refusal.SANDBOX_LIMIT]
+    assert [second.upstream() for _ in range(2)] == [None, Refusal.NODE_LIMIT]
+    first.upstream_closed()
+    assert second.upstream() is None
+    assert node.upstreams.used == 3
+
+
+def test_the_node_budget_applies_the_node_caps() -> None:
+    limits = GatewayLimits()
+    assert limits.fds_per_node(1) == limits.fds_per_sandbox()
+    assert limits.fds_per_node(100) == 100 * 36 + 8192 + 8192

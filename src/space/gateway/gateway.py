@@ -118,7 +118,7 @@ class Gateway:
         self._sandboxes[sandbox_id] = await self._listen_for(listening.gate)
 
     async def _listen_for(self, gate: SandboxGate) -> _Listening:
-        upstreams = self._upstreams.for_sandbox(gate.admission.upstreams, self.metrics)
+        upstreams = self._upstreams.for_sandbox(gate.admission, self.metrics)
         address = (self._listen, self.ports.dns)
         udp = await self._sockets.listener(gate.netns, socket.SOCK_DGRAM, address)
         dns_udp = await serve_udp(gate, upstreams, self.metrics, udp)

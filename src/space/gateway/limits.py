@@ -37,6 +37,7 @@ class GatewayLimits:
     dns_inflight_per_sandbox: int = 32  # questions being answered at once
     resolutions_per_node: int = 256  # concurrent upstream DNS queries
     upstreams_per_sandbox: int = 256  # gateway-to-internet connections
+    upstreams_per_node: int = 8192
     handshake_timeout: float = 10.0  # TLS handshake with the guest
     first_request_timeout: float = 20.0  # the first request head, complete
     idle_timeout: float = 120.0  # a kept-alive connection's next request head
@@ -55,6 +56,13 @@ class GatewayLimits:
             + self.upstreams_per_sandbox
             + self.dns_inflight_per_sandbox
         )
+
+    def fds_per_node(self, sandboxes: int) -> int:
+        """The most fds the gateway holds for `sandboxes` sandboxes, node caps applied."""
+        per_sandbox = 4 + self.dns_inflight_per_sandbox
+        connections = min(sandboxes * self.connections_per_sandbox, self.connections_per_node)
+        upstreams = min(sandboxes * self.upstreams_per_sandbox, self.upstreams_per_node)
+        return sandboxes * per_sandbox + connections + upstreams
 
 
 class TokenBucket:
@@ -103,10 +111,11 @@ class NodeQuotas:
     """The caps every sandbox of one gateway shares."""
 
     connections: Quota
+    upstreams: Quota
 
     @classmethod
     def of(cls, limits: GatewayLimits) -> NodeQuotas:
-        return cls(Quota(limits.connections_per_node))
+        return cls(Quota(limits.connections_per_node), Quota(limits.upstreams_per_node))
 
 
 class Admission:
@@ -141,6 +150,19 @@ class Admission:
     def connection_closed(self) -> None:
         self.connections.release()
         self._node.connections.release()
+
+    def upstream(self) -> Refusal | None:
+        """Admit an upstream connection (None) or say why not; `upstream_closed` after."""
+        if not self.upstreams.acquire():
+            return Refusal.SANDBOX_LIMIT
+        if not self._node.upstreams.acquire():
+            self.upstreams.release()
+            return Refusal.NODE_LIMIT
+        return None
+
+    def upstream_closed(self) -> None:
+        self.upstreams.release()
+        self._node.upstreams.release()
 
     def question(self) -> Refusal | None:
         """Admit a DNS question (None) or say why not; `question_done` when answered."""

@@ -3,8 +3,9 @@
 The gateway connects only to addresses it resolved itself (or to an IP literal a
 policy CIDR allowed), checks each against the fence before connecting, and verifies
 upstream certificates against the system trust store plus `SPACE_GATEWAY_CA_FILE`.
-`for_sandbox` gives each sandbox a view that counts its open upstream connections
-against its `upstreams_per_sandbox` quota; `Connection.close` gives the slot back.
+`for_sandbox` gives each sandbox a view that admits its upstream connections through
+its `Admission` (per-sandbox and node-wide caps); `Connection.close` gives the slot
+back.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from space.gateway.fence import address_allowed
-from space.gateway.limits import Quota, Refusal
+from space.gateway.limits import Admission
 from space.gateway.metrics import GatewayMetrics
 from space.gateway.names import ip_literal
 from space.gateway.nsock import NetnsSockets
@@ -73,13 +74,13 @@ class Upstreams:
         self._netns = netns
         self._mark = mark
         self._tls = client_context(ca_file)
-        self._quota: Quota | None = None
+        self._admission: Admission | None = None
         self._metrics: GatewayMetrics | None = None
 
-    def for_sandbox(self, quota: Quota, metrics: GatewayMetrics) -> Upstreams:
-        """A view sharing resolver and TLS context, counting connections in `quota`."""
+    def for_sandbox(self, admission: Admission, metrics: GatewayMetrics) -> Upstreams:
+        """A view sharing resolver and TLS context, admitting through `admission`."""
         view = copy.copy(self)
-        view._quota, view._metrics = quota, metrics
+        view._admission, view._metrics = admission, metrics
         return view
 
     async def addresses(self, host: str, policy: Policy) -> list[str]:
@@ -96,26 +97,25 @@ class Upstreams:
         addresses = await self.addresses(host, policy)
         if not addresses:
             raise UpstreamError(f"{host} has no address the gateway may connect to")
-        quota = self._quota
-        if quota is not None and not quota.acquire():
+        admission = self._admission
+        if admission is not None and (refused := admission.upstream()) is not None:
             if self._metrics is not None:
-                self._metrics.refused_upstream(Refusal.SANDBOX_LIMIT)
-            raise UpstreamError("this sandbox has too many upstream connections open")
+                self._metrics.refused_upstream(refused)
+            raise UpstreamError(f"too many upstream connections open ({refused.value})")
+        release = admission.upstream_closed if admission is not None else None
         failures: list[str] = []
-        for address in addresses:
-            try:
-                connection = await self._open(host, address, port, tls)
-            except (OSError, TimeoutError, ssl.SSLError) as exc:
-                failures.append(f"{address}: {exc}")
-                continue
-            except BaseException:
-                if quota is not None:
-                    quota.release()
-                raise
-            connection.on_close = quota.release if quota is not None else None
-            return connection
-        if quota is not None:
-            quota.release()
+        try:
+            for address in addresses:
+                try:
+                    connection = await self._open(host, address, port, tls)
+                except (OSError, TimeoutError, ssl.SSLError) as exc:
+                    failures.append(f"{address}: {exc}")
+                    continue
+                connection.on_close, release = release, None
+                return connection
+        finally:
+            if release is not None:
+                release()
         raise UpstreamError(f"connecting to {host}:{port} failed: {'; '.join(failures)}")
 
     async def _open(self, host: str, address: str, port: int, tls: bool) -> Connection:
