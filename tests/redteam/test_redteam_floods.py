@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import statistics
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
@@ -47,13 +48,26 @@ TCP_FLOOD = r"""
 import json, resource, select, socket, ssl, sys, time
 count, hold = int(sys.argv[1]), float(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_NOFILE, (count + 512, count + 512))
+def probe():
+    started = time.monotonic()
+    try:
+        ctx = ssl.create_default_context()
+        raw = socket.create_connection(("198.51.100.10", 443), timeout=5)
+        with ctx.wrap_socket(raw, server_hostname="allowed.test") as tls:
+            tls.sendall(b"GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+            outcome = tls.recv(12).decode(errors="replace") or "empty"
+    except Exception as exc:
+        outcome = type(exc).__name__
+    return [outcome, round(time.monotonic() - started, 2)]
 started = time.monotonic()
-socks = []
+socks, during = [], None
 for i in range(count):
     s = socket.socket()
     s.setblocking(False)
     s.connect_ex(("198.51.100.10", (80, 443)[i % 2]))
     socks.append(s)
+    if i == count // 2:
+        during = probe()
 opened = time.monotonic() - started
 poller, pending = select.epoll(), {}
 for s in socks:
@@ -64,6 +78,7 @@ while pending and time.monotonic() < deadline:
     for fd, _ in poller.poll(1.0):
         poller.unregister(fd)
         pending.pop(fd, None)
+resolved = time.monotonic()
 def classify():
     seen = {"open": 0, "reset": 0, "closed": 0, "refused": 0, "other": 0}
     for s in socks:
@@ -72,7 +87,8 @@ def classify():
             seen["reset" if error == 104 else "refused" if error == 111 else "other"] += 1
             continue
         try:
-            seen["closed" if s.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"" else "open"] += 1
+            data = s.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            seen["closed" if data == b"" else "open"] += 1
         except BlockingIOError:
             seen["open"] += 1
         except ConnectionResetError:
@@ -81,30 +97,22 @@ def classify():
             seen["other"] += 1
     return seen
 peak = classify()
-def probe():
-    try:
-        ctx = ssl.create_default_context()
-        raw = socket.create_connection(("198.51.100.10", 443), timeout=5)
-        with ctx.wrap_socket(raw, server_hostname="allowed.test") as tls:
-            tls.sendall(b"GET / HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
-            return tls.recv(12).decode(errors="replace") or "empty"
-    except Exception as exc:
-        return type(exc).__name__
-during = probe()
-time.sleep(max(0.0, hold - (time.monotonic() - started)))
-print(json.dumps({"opened_s": round(opened, 1), "unresolved": len(pending), "peak": peak,
-                  "after_hold": classify(), "probe": during,
-                  "seconds": round(time.monotonic() - started, 1)}))
+time.sleep(max(0.0, hold - (time.monotonic() - resolved)))
+print(json.dumps({"opened_s": round(opened, 1), "resolved_s": round(resolved - started, 1),
+                  "unresolved": len(pending), "peak": peak, "after_hold": classify(),
+                  "probe": during, "seconds": round(time.monotonic() - started, 1)}))
 """
 
-# Send `count` A questions for fresh names under allowed.test as fast as the guest
-# can, from a thread; meanwhile count answers and time one lookup of our own.
+# Send `count` A questions for fresh names under allowed.test, `pace` a second (the
+# guest's fastest is ~4,000/s here; pacing keeps its own VMM's CPU out of the victim's
+# figures); a thread counts the answers.
 DNS_FLOOD = r"""
 import json, os, socket, struct, sys, threading, time
-count = int(sys.argv[1])
-def question(name, ident):
-    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0"
-    return struct.pack("!HHHHHH", ident, 0x0100, 1, 0, 0, 0) + labels + struct.pack("!HH", 1, 1)
+count, pace = int(sys.argv[1]), float(sys.argv[2])
+suffix = b"\x07allowed\x04test\x00\x00\x01\x00\x01"
+tag = os.urandom(3).hex().encode()
+def question(i):  # A r<i>-<tag>.allowed.test, a fresh name each time
+    return struct.pack("!6HB", i & 0xFFFF, 0x0100, 1, 0, 0, 0, 15) + b"r%07d-%s" % (i, tag) + suffix
 flood = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 flood.connect(("198.51.100.53", 53))
 answered = [0]
@@ -118,32 +126,27 @@ def receive():
         pass
 reader = threading.Thread(target=receive)
 reader.start()
-tag = os.urandom(3).hex()
 started = time.monotonic()
 sent = 0
 for i in range(count):
     try:
-        flood.send(question(f"r{i}-{tag}.allowed.test", i & 0xFFFF))
+        flood.send(question(i))
         sent += 1
     except OSError:
         pass
-    if i == count // 2:
-        own = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        own.settimeout(1)
-        try:
-            own.sendto(question("allowed.test", 7), ("198.51.100.53", 53))
-            own.recv(4096)
-            probe = "answered"
-        except OSError as exc:
-            probe = type(exc).__name__
-        own.close()
+    if i % 200 == 199:  # at most `pace` a second: 20x the gateway's rate, and then some
+        time.sleep(max(0.0, started + (i + 1) / pace - time.monotonic()))
 seconds = time.monotonic() - started
 reader.join()
-print(json.dumps({"sent": sent, "answered": answered[0], "probe": probe,
-                  "seconds": round(seconds, 1)}))
+print(json.dumps({"sent": sent, "answered": answered[0], "seconds": round(seconds, 1)}))
 """
 
 LOOKUP = "import socket; print(socket.gethostbyname('allowed.test'))"
+
+
+def say(line: str) -> None:
+    """Figures for the report (shown with `-s`, and with a failure's captured output)."""
+    sys.stdout.write(line + "\n")
 
 
 def open_fds() -> int:
@@ -160,11 +163,36 @@ class Peak:
     fds: int = 0
     rss: int = 0
     samples: int = 0
+    started: float = field(default_factory=time.monotonic)
+    cpu: float = field(default_factory=time.process_time)
+
+    def cpu_share(self) -> float:
+        """This process's CPU time since `started`, as a share of one core."""
+        return (time.process_time() - self.cpu) / (time.monotonic() - self.started)
 
     def sample(self) -> None:
         self.fds = max(self.fds, open_fds())
         self.rss = max(self.rss, rss_bytes())
         self.samples += 1
+
+
+class VmmCpu:
+    """CPU time of a sandbox's VMM process (all threads) as a share of one core."""
+
+    def __init__(self, guest: VmGuest) -> None:
+        vm = guest.node._sandboxes[guest.sandbox_id].vm
+        assert vm is not None
+        self._stat = f"/proc/{vm.pid}/stat"
+        self._ticks, self._started = self._read(), time.monotonic()
+
+    def _read(self) -> int:
+        with open(self._stat) as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    def share(self) -> float:
+        seconds = (self._read() - self._ticks) / os.sysconf("SC_CLK_TCK")
+        return seconds / (time.monotonic() - self._started)
 
 
 @dataclass
@@ -179,8 +207,8 @@ class Victim:
         assert result.exit_code == 0, result
         return time.perf_counter() - started
 
-    async def quiet_p50(self, n: int = 15) -> float:
-        return statistics.median([await self.timed_exec() for _ in range(n)])
+    async def quiet(self, n: int = 10) -> list[float]:
+        return [await self.timed_exec() for _ in range(n)]
 
     async def busy_while(self, flood: asyncio.Task[Any]) -> None:
         """Exec and fetch (DNS + HTTPS through the gateway) until the flood is over."""
@@ -223,33 +251,39 @@ async def flood_and_measure(
     await attacker.set_policy(POLICY)
     warm = await victim.guest.run(*CURL, "https://allowed.test/warm")
     assert warm.stdout == "200", warm
-    quiet = await victim.quiet_p50()
+    quiet_before = await victim.quiet()
     base = Peak()
     base.sample()
     peak = Peak()
     victim.exec_times.clear()
     victim.fetches.clear()
+    vmm = VmmCpu(attacker)
     flood = asyncio.ensure_future(
         sampled(attacker.run("python3", "-c", script, *args, timeout=150), peak)
     )
     await victim.busy_while(flood)
     result = await flood
+    cpu, vmm_cpu = peak.cpu_share(), vmm.share()
     assert result.exit_code == 0, result
     report = json.loads(result.stdout)
     busy = statistics.median(victim.exec_times)
-    print(f"\nflood {report}")
-    print(
+    # Quiet samples from before and after the flood: the host's other load drifts.
+    quiet = statistics.median(quiet_before + await victim.quiet())
+    say(f"\nflood {report}")
+    say(
         f"node fds {base.fds} -> peak {peak.fds}; RSS {base.rss >> 20} MiB -> peak "
-        f"{peak.rss >> 20} MiB ({peak.samples} samples)"
+        f"{peak.rss >> 20} MiB ({peak.samples} samples); node process CPU {cpu:.0%} of a core, "
+        f"the attacker's VMM {vmm_cpu:.0%}"
     )
-    print(
-        f"victim exec p50 quiet {quiet * 1000:.0f} ms, during the flood "
+    say(
+        f"victim exec p50 quiet {quiet * 1000:.0f} ms (before and after), during the flood "
         f"{busy * 1000:.0f} ms ({len(victim.exec_times)} execs)"
     )
     assert peak.fds - base.fds <= LIMITS.fds_per_sandbox() + FD_SLACK
     assert peak.rss - base.rss <= RSS_BOUND
     assert busy <= 2 * quiet, (busy, quiet)
-    assert victim.fetches and all(f.stdout == "200" for f in victim.fetches), victim.fetches
+    failed = [f for f in victim.fetches if f.stdout != "200"]
+    assert victim.fetches and not failed, (failed, len(victim.fetches))
     return report, peak, quiet, busy
 
 
@@ -266,12 +300,14 @@ async def test_ten_thousand_connections_are_capped_and_reaped(
     vm_guest: VmGuest, victim: Victim, redteam_node: LocalNode
 ) -> None:
     metrics = redteam_node.egress.gateway.metrics
-    report, _, _, _ = await flood_and_measure(vm_guest, victim, TCP_FLOOD, "10000", "35")
+    hold = LIMITS.first_request_timeout + 5
+    report, _, _, _ = await flood_and_measure(vm_guest, victim, TCP_FLOOD, "10000", str(hold))
     peak, later = report["peak"], report["after_hold"]
-    assert sum(peak.values()) == 10000
+    assert sum(peak.values()) == 10000 and report["unresolved"] == 0, report
     assert peak["open"] <= LIMITS.connections_per_sandbox, report
     assert later["open"] == 0, report  # handshake and first-request deadlines reaped them
-    assert report["probe"] != "HTTP/1.1 200", report  # refused while it floods
+    outcome, seconds = report["probe"]
+    assert outcome != "HTTP/1.1 200" or seconds > 1.0, report  # refused or slowed meanwhile
     refused = sum(
         metrics.value("space_gateway_refused_connections", listener=listener, reason=reason)
         for listener in ("http", "https")
@@ -286,12 +322,12 @@ async def test_a_hundred_thousand_dns_questions_are_rate_limited(
 ) -> None:
     metrics = redteam_node.egress.gateway.metrics
     before = metrics.value("space_gateway_refused_dns_queries", reason="rate")
-    report, _, _, _ = await flood_and_measure(vm_guest, victim, DNS_FLOOD, "100000")
+    report, _, _, _ = await flood_and_measure(vm_guest, victim, DNS_FLOOD, "100000", "2000")
     assert report["sent"] == 100000, report
     allowed = LIMITS.dns_burst + LIMITS.dns_rate * (report["seconds"] + 5)
     assert report["answered"] <= allowed, report
     dropped = metrics.value("space_gateway_refused_dns_queries", reason="rate") - before
-    print(f"dropped by the bucket: {dropped:.0f} (the rest died in a socket queue)")
+    say(f"dropped by the bucket: {dropped:.0f} (the rest were lost before the gateway read them)")
     assert dropped > 0
     lookup = await vm_guest.run("python3", "-c", LOOKUP)
     assert lookup.stdout.strip() == "198.51.100.10", lookup  # served again once it stops

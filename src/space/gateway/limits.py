@@ -32,8 +32,8 @@ class GatewayLimits:
     connections_per_node: int = 8192
     accept_rate: float = 100.0  # new guest connections per second per sandbox
     accept_burst: int = 200
-    dns_rate: float = 200.0  # DNS questions per second per sandbox
-    dns_burst: int = 400
+    dns_rate: float = 100.0  # DNS questions per second per sandbox
+    dns_burst: int = 200
     dns_inflight_per_sandbox: int = 32  # questions being answered at once
     resolutions_per_node: int = 256  # concurrent upstream DNS queries
     upstreams_per_sandbox: int = 256  # gateway-to-internet connections
