@@ -42,7 +42,10 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
 
 @asynccontextmanager
 async def acceptor(
-    gate: SandboxGate, metrics: GatewayMetrics, handler: Callable[..., object]
+    gate: SandboxGate,
+    metrics: GatewayMetrics,
+    handler: Callable[..., object],
+    first_byte_timeout: float = 10.0,
 ) -> AsyncIterator[tuple[str, int]]:
     sock = listening()
     address = sock.getsockname()
@@ -53,6 +56,7 @@ async def acceptor(
         tasks=gate.tasks,
         metrics=metrics,
         handler=handler,  # type: ignore[arg-type]
+        first_byte_timeout=first_byte_timeout,
     )
     try:
         yield address
@@ -184,3 +188,26 @@ def test_refusal_reasons_are_the_only_labels() -> None:
         metrics.refused_query(reason)
     names = {s.labels["reason"] for m in metrics.registry.collect() for s in m.samples}
     assert names == {"rate", "sandbox_limit", "node_limit"}
+
+
+async def test_a_connection_that_sends_nothing_is_closed_before_it_gets_a_handler() -> None:
+    gate, metrics = make_gate(GatewayLimits()), GatewayMetrics()
+    handled: list[object] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handled.append(reader)
+
+    async with acceptor(gate, metrics, handler, first_byte_timeout=0.3) as address:
+        silent, talker = (
+            await asyncio.open_connection(*address),
+            await asyncio.open_connection(*address),
+        )
+        await until(lambda: gate.admission.connections.used == 2)
+        talker[1].write(b"x")
+        await until(lambda: len(handled) == 1)
+        async with asyncio.timeout(5):
+            assert await silent[0].read(1) == b""  # closed at the deadline, never handled
+        await until(lambda: gate.admission.connections.used == 0)
+        assert len(handled) == 1
+        silent[1].close()
+        talker[1].close()

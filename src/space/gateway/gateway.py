@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 
 from space.gateway.accept import Acceptor, Handler
 from space.gateway.audit import AuditLog
+from space.gateway.dnsserver import TCP_TIMEOUT as DNS_TCP_TIMEOUT
 from space.gateway.dnsserver import serve_tcp, serve_udp
 from space.gateway.limits import GatewayLimits, NodeQuotas
 from space.gateway.metrics import GatewayMetrics
@@ -124,14 +125,20 @@ class Gateway:
         dns_udp = await serve_udp(gate, upstreams, self.metrics, udp)
         acceptors: list[Acceptor] = []
         dns_tcp = partial(serve_tcp, gate, upstreams, self.metrics)
+        limits = self.limits
         try:
-            acceptors.append(await self._accept(gate, "dns", self.ports.dns, dns_tcp))
-            for listener, serve, port in (
-                ("http", serve_http, self.ports.http),
-                ("https", serve_https, self.ports.https),
+            acceptors.append(
+                await self._accept(gate, "dns", self.ports.dns, dns_tcp, DNS_TCP_TIMEOUT)
+            )
+            for listener, serve, port, first_byte in (
+                ("http", serve_http, self.ports.http, limits.first_request_timeout),
+                ("https", serve_https, self.ports.https, limits.handshake_timeout),
             ):
                 handler = partial(serve, gate, upstreams)
-                acceptors.append(await self._accept(gate, listener, port, handler, nodelay=True))
+                acceptor = await self._accept(
+                    gate, listener, port, handler, first_byte, nodelay=True
+                )
+                acceptors.append(acceptor)
         except BaseException:
             dns_udp.close()
             for acceptor in acceptors:
@@ -191,6 +198,7 @@ class Gateway:
         listener: str,
         port: int,
         handler: Handler,
+        first_byte_timeout: float,
         *,
         nodelay: bool = False,
     ) -> Acceptor:
@@ -202,5 +210,6 @@ class Gateway:
             tasks=gate.tasks,
             metrics=self.metrics,
             handler=handler,
+            first_byte_timeout=first_byte_timeout,
             nodelay=nodelay,
         )
