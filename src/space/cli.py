@@ -122,6 +122,7 @@ def _signals_after_cleanup() -> Iterator[None]:
 
 
 def _local_node(settings: Settings) -> LocalNode:
+    from space.gateway.limits import GatewayLimits
     from space.node.local import LocalNode
     from space.node.network.egress import EgressConfig
     from space.node.templates import StderrProgress
@@ -144,6 +145,7 @@ def _local_node(settings: Settings) -> LocalNode:
             open_ranges=settings.egress.open_cidrs,
             protected_hosts=_protected_hosts(settings),
             refresh_seconds=settings.egress.refresh_seconds,
+            limits=GatewayLimits.from_config(settings.gateway),
         ),
         jail=JailConfig(
             enabled=vmm.confine,

@@ -67,12 +67,30 @@ class ControllerConfig(BaseSettings):
 class GatewayConfig(BaseSettings):
     """The egress gateway: `SPACE_GATEWAY_RESOLVER` (host[:port] of the upstream DNS
     resolver; default: the host's first IPv4 nameserver) and `SPACE_GATEWAY_CA_FILE`
-    (extra trust anchors for upstream certificates, e.g. a test internet's CA)."""
+    (extra trust anchors for upstream certificates, e.g. a test internet's CA).
+
+    Per-sandbox and node-wide limits (`SPACE_GATEWAY_CONNECTIONS_PER_SANDBOX`, ...;
+    names as in `space.gateway.limits.GatewayLimits`, whose `fds_per_sandbox` and
+    `fds_per_node` give the file-descriptor budget they imply).
+    """
 
     model_config = SettingsConfigDict(env_prefix="SPACE_GATEWAY_", extra="ignore")
 
     resolver: str = Field(default="", pattern=r"^([0-9.]+(:[0-9]{1,5})?)?$")
     ca_file: Path | None = None
+    connections_per_sandbox: int = Field(default=256, gt=0)
+    connections_per_node: int = Field(default=8192, gt=0)
+    accept_rate: float = Field(default=100.0, gt=0)
+    accept_burst: int = Field(default=200, gt=0)
+    dns_rate: float = Field(default=100.0, gt=0)
+    dns_burst: int = Field(default=200, gt=0)
+    dns_inflight_per_sandbox: int = Field(default=32, gt=0)
+    resolutions_per_node: int = Field(default=256, gt=0)
+    upstreams_per_sandbox: int = Field(default=256, gt=0)
+    upstreams_per_node: int = Field(default=8192, gt=0)
+    handshake_timeout: float = Field(default=10.0, gt=0)
+    first_request_timeout: float = Field(default=20.0, gt=0)
+    idle_timeout: float = Field(default=120.0, gt=0)
 
 
 class EgressConfig(BaseSettings):

@@ -2,7 +2,10 @@
 
 Sans-io answers come from `dnsanswer`; this module only moves packets, resolves
 allowed A questions through the gateway's own `Resolver`, records which addresses it
-handed to the sandbox, and writes an audit record per question.
+handed to the sandbox, and writes an audit record per question. Each question
+first passes the sandbox's `Admission` (a token bucket and an in-flight cap): over
+either it is dropped (UDP) or ends the connection (TCP) before anything is parsed,
+spawned or audited, and counted in the gateway's metrics.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING, cast
 
 from space.gateway.audit import AuditRecord
 from space.gateway.dnsanswer import Question, refusal, reply
+from space.gateway.metrics import GatewayMetrics
 from space.gateway.resolver import ResolveError
 
 if TYPE_CHECKING:
@@ -21,7 +25,6 @@ if TYPE_CHECKING:
     from space.gateway.upstream import Upstreams
 
 TCP_TIMEOUT = 10.0
-MAX_INFLIGHT = 64
 MAX_RECORDED = 1024  # names whose answers a sandbox was given, newest kept
 
 
@@ -55,52 +58,77 @@ async def answer(gate: SandboxGate, upstreams: Upstreams, packet: bytes) -> byte
     return refused if refused is not None else reply(question, addresses)
 
 
+async def admitted_answer(
+    gate: SandboxGate, upstreams: Upstreams, metrics: GatewayMetrics, packet: bytes
+) -> bytes | None:
+    """`answer` once the sandbox's admission lets the question in; None when not."""
+    refused = gate.admission.question()
+    if refused is not None:
+        metrics.refused_query(refused)
+        return None
+    try:
+        return await answer(gate, upstreams, packet)
+    finally:
+        gate.admission.question_done()
+
+
 class _Udp(asyncio.DatagramProtocol):
-    def __init__(self, gate: SandboxGate, upstreams: Upstreams) -> None:
+    def __init__(self, gate: SandboxGate, upstreams: Upstreams, metrics: GatewayMetrics) -> None:
         self._gate = gate
         self._upstreams = upstreams
-        self._slots = asyncio.Semaphore(MAX_INFLIGHT)
+        self._metrics = metrics
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str | object, int]) -> None:
-        if self._slots.locked():
+        admission = self._gate.admission
+        refused = admission.question()
+        if refused is not None:
+            self._metrics.refused_query(refused)
             return
-        self._gate.tasks.spawn(self._serve(data, addr), name=f"dns-{self._gate.sandbox_id}")
+        self._gate.tasks.spawn(self._serve(data, addr), name="dns")
 
     async def _serve(self, data: bytes, addr: tuple[str | object, int]) -> None:
-        async with self._slots:
+        try:
             response = await answer(self._gate, self._upstreams, data)
+        finally:
+            self._gate.admission.question_done()
         if response is not None and self.transport is not None:
             self.transport.sendto(response, addr)
 
 
 async def serve_udp(
-    gate: SandboxGate, upstreams: Upstreams, sock: socket.socket
+    gate: SandboxGate, upstreams: Upstreams, metrics: GatewayMetrics, sock: socket.socket
 ) -> asyncio.DatagramTransport:
     loop = asyncio.get_running_loop()
-    transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(gate, upstreams), sock=sock)
+    transport, _ = await loop.create_datagram_endpoint(
+        lambda: _Udp(gate, upstreams, metrics), sock=sock
+    )
     return transport
 
 
-async def serve_tcp(gate: SandboxGate, upstreams: Upstreams, sock: socket.socket) -> asyncio.Server:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                async with asyncio.timeout(TCP_TIMEOUT):
-                    (size,) = struct.unpack("!H", await reader.readexactly(2))
-                    packet = await reader.readexactly(size)
-                response = await answer(gate, upstreams, packet)
-                if response is None:
-                    break
-                writer.write(struct.pack("!H", len(response)) + response)
-                async with asyncio.timeout(TCP_TIMEOUT):
-                    await writer.drain()
-        except (TimeoutError, OSError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-    return await asyncio.start_server(handle, sock=sock)
+async def serve_tcp(
+    gate: SandboxGate,
+    upstreams: Upstreams,
+    metrics: GatewayMetrics,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> None:
+    """DNS over one TCP connection (admitted by the gateway's `Acceptor`)."""
+    try:
+        while True:
+            async with asyncio.timeout(TCP_TIMEOUT):
+                (size,) = struct.unpack("!H", await reader.readexactly(2))
+                packet = await reader.readexactly(size)
+            response = await admitted_answer(gate, upstreams, metrics, packet)
+            if response is None:
+                break
+            writer.write(struct.pack("!H", len(response)) + response)
+            async with asyncio.timeout(TCP_TIMEOUT):
+                await writer.drain()
+    except (TimeoutError, OSError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()

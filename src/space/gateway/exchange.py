@@ -65,7 +65,7 @@ class UpstreamExchange:
         return bytes(self._h11.trailing_data[0])
 
     def close(self) -> None:
-        self.connection.writer.close()
+        self.connection.close()
 
     async def _send(self, event: h11.Event) -> None:
         data = self._h11.send(event)

@@ -6,28 +6,39 @@ fresh CA; `set_policy` swaps a sandbox's policy with a new version and applies i
 open connections; `unregister` closes everything the sandbox had. Upstream sockets
 are made in `upstream_netns` (None: the node's own namespace). Every policy is
 applied under the gateway's current operator ceiling (`set_ceiling`).
+
+`limits` caps what each sandbox (and the node as a whole) may hold: guest TCP
+connections are admitted or reset at accept (`accept.Acceptor`), DNS questions pass
+a token bucket, upstream connections and resolutions are counted; refusals are
+counted in `metrics`. Keeping `limits.fds_per_sandbox()` times the sandboxes a node
+runs under `RLIMIT_NOFILE` is the operator's budget (see README).
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from space.gateway.accept import Acceptor, Handler
 from space.gateway.audit import AuditLog
 from space.gateway.ceiling import DEFAULT, Ceiling
+from space.gateway.dnsserver import TCP_TIMEOUT as DNS_TCP_TIMEOUT
 from space.gateway.dnsserver import serve_tcp, serve_udp
+from space.gateway.limits import GatewayLimits, NodeQuotas
+from space.gateway.metrics import GatewayMetrics
 from space.gateway.nsock import NetnsSockets
 from space.gateway.policy import Policy
 from space.gateway.proxy import serve_http, serve_https
 from space.gateway.resolver import Resolver
 from space.gateway.sandbox import SandboxGate
 from space.gateway.upstream import Upstreams
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Coroutine[Any, Any, None]]
 
 
 @dataclass(frozen=True)
@@ -42,7 +53,7 @@ class GatewayPorts:
 @dataclass
 class _Listening:
     gate: SandboxGate
-    servers: list[asyncio.Server]
+    acceptors: list[Acceptor]
     dns_udp: asyncio.DatagramTransport
 
 
@@ -61,10 +72,15 @@ class Gateway:
         listen_address: str = "0.0.0.0",
         mark: int | None = None,
         ceiling: Ceiling = DEFAULT,
+        limits: GatewayLimits | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.ports = ports
         self.ceiling = ceiling
+        self.limits = limits = limits or GatewayLimits()
+        self.metrics = GatewayMetrics(registry)
         self.audit = AuditLog()
+        self._node = NodeQuotas.of(limits)
         self._listen = listen_address
         self._sockets = NetnsSockets()
         self._upstreams = Upstreams(
@@ -73,6 +89,7 @@ class Gateway:
             netns=upstream_netns,
             ca_file=ca_file,
             mark=mark,
+            resolutions=limits.resolutions_per_node,
         )
         self._sandboxes: dict[str, _Listening] = {}
 
@@ -90,7 +107,9 @@ class Gateway:
             self.set_policy(sandbox_id, policy)
             return self._sandboxes[sandbox_id].gate
         parsed = Policy.parse(policy, version=1).under(self.ceiling)
-        gate = SandboxGate(label or sandbox_id, netns, parsed, self.audit)
+        gate = SandboxGate(
+            label or sandbox_id, netns, parsed, self.audit, limits=self.limits, node=self._node
+        )
         self._sandboxes[sandbox_id] = await self._listen_for(gate)
         return gate
 
@@ -104,21 +123,32 @@ class Gateway:
         self._sandboxes[sandbox_id] = await self._listen_for(listening.gate)
 
     async def _listen_for(self, gate: SandboxGate) -> _Listening:
-        netns, address = gate.netns, (self._listen, self.ports.dns)
-        udp = await self._sockets.listener(netns, socket.SOCK_DGRAM, address)
-        dns_udp = await serve_udp(gate, self._upstreams, udp)
-        servers: list[asyncio.Server] = []
+        upstreams = self._upstreams.for_sandbox(gate.admission, self.metrics)
+        address = (self._listen, self.ports.dns)
+        udp = await self._sockets.listener(gate.netns, socket.SOCK_DGRAM, address)
+        dns_udp = await serve_udp(gate, upstreams, self.metrics, udp)
+        acceptors: list[Acceptor] = []
+        dns_tcp = partial(serve_tcp, gate, upstreams, self.metrics)
+        limits = self.limits
         try:
-            tcp = await self._sockets.listener(netns, socket.SOCK_STREAM, address)
-            servers.append(await serve_tcp(gate, self._upstreams, tcp))
-            servers.append(await self._serve(gate, serve_http, self.ports.http))
-            servers.append(await self._serve(gate, serve_https, self.ports.https))
+            acceptors.append(
+                await self._accept(gate, "dns", self.ports.dns, dns_tcp, DNS_TCP_TIMEOUT)
+            )
+            for listener, serve, port, first_byte in (
+                ("http", serve_http, self.ports.http, limits.first_request_timeout),
+                ("https", serve_https, self.ports.https, limits.handshake_timeout),
+            ):
+                handler = partial(serve, gate, upstreams)
+                acceptor = await self._accept(
+                    gate, listener, port, handler, first_byte, nodelay=True
+                )
+                acceptors.append(acceptor)
         except BaseException:
             dns_udp.close()
-            for server in servers:
-                server.close()
+            for acceptor in acceptors:
+                acceptor.close()
             raise
-        return _Listening(gate, servers, dns_udp)
+        return _Listening(gate, acceptors, dns_udp)
 
     def set_policy(self, sandbox_id: str, policy: Mapping[str, Any] | None) -> Policy:
         """Validate and apply a new policy version (raises `PolicyError` when invalid)."""
@@ -149,36 +179,37 @@ class Gateway:
 
     async def _stop(self, listening: _Listening, *, keep_gate: bool) -> None:
         listening.dns_udp.close()
-        for server in listening.servers:
-            server.close()
+        for acceptor in listening.acceptors:
+            acceptor.close()
         if keep_gate:
             for connection in list(listening.gate.connections):
                 connection.abort()
         else:
             await listening.gate.close()
-        for server in listening.servers:
-            async with asyncio.timeout(5):
-                await server.wait_closed()
 
     async def close(self) -> None:
         for sandbox_id in list(self._sandboxes):
             await self.unregister(sandbox_id)
         self._sockets.close()
 
-    async def _serve(
+    async def _accept(
         self,
         gate: SandboxGate,
-        serve: Callable[
-            [SandboxGate, Upstreams, asyncio.StreamReader, asyncio.StreamWriter],
-            Coroutine[Any, Any, None],
-        ],
+        listener: str,
         port: int,
-    ) -> asyncio.Server:
+        handler: Handler,
+        first_byte_timeout: float,
+        *,
+        nodelay: bool = False,
+    ) -> Acceptor:
         sock = await self._sockets.listener(gate.netns, socket.SOCK_STREAM, (self._listen, port))
-        upstreams = self._upstreams
-
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await serve(gate, upstreams, reader, writer)
-
-        return await asyncio.start_server(handle, sock=sock, limit=1 << 20)
+        return Acceptor(
+            sock,
+            listener=listener,
+            admission=gate.admission,
+            tasks=gate.tasks,
+            metrics=self.metrics,
+            handler=handler,
+            first_byte_timeout=first_byte_timeout,
+            nodelay=nodelay,
+        )

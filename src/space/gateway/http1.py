@@ -22,8 +22,6 @@ from space.gateway.relay import relay
 from space.gateway.sandbox import SandboxGate
 from space.gateway.upstream import UpstreamError, Upstreams
 
-IDLE_TIMEOUT = 120.0
-
 
 class Http1Session:
     def __init__(
@@ -70,8 +68,13 @@ class Http1Session:
             self._writer.close()
 
     async def _serve_one(self) -> bool:
-        """Serve one request; False when the connection must end."""
-        event = await self._next(IDLE_TIMEOUT)
+        """Serve one request; False when the connection must end. The whole head must
+        arrive within the first-request (then the idle) deadline: no slow-loris."""
+        limits = self._gate.limits
+        first = self.request is None
+        deadline = limits.first_request_timeout if first else limits.idle_timeout
+        async with asyncio.timeout(deadline):
+            event = await self._next(deadline)
         if not isinstance(event, h11.Request):
             return False
         self._busy = True

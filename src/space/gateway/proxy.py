@@ -3,7 +3,8 @@
 `SO_ORIGINAL_DST` tells which port the guest asked for; the address it asked for is
 recorded for audit and never used (the gateway resolves names itself). Port 443
 connections are TLS-terminated first: the SNI callback in `SandboxGate` decides the
-handshake, and ALPN picks the HTTP/1.1 or HTTP/2 session.
+handshake (bounded by the sandbox's `handshake_timeout`), and ALPN picks the
+HTTP/1.1 or HTTP/2 session.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from space.gateway.sandbox import SandboxGate
 from space.gateway.upstream import Upstreams
 
 SO_ORIGINAL_DST = 80
-HANDSHAKE_TIMEOUT = 10.0
 
 
 def original_dst(sock: socket.socket) -> tuple[str, int]:
@@ -50,7 +50,9 @@ async def serve_https(
         writer.close()
         return
     try:
-        await writer.start_tls(gate.tls_context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT)
+        await writer.start_tls(
+            gate.tls_context, ssl_handshake_timeout=gate.limits.handshake_timeout
+        )
     except (ssl.SSLError, OSError, TimeoutError, ConnectionError):
         writer.close()
         return

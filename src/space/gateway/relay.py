@@ -29,7 +29,7 @@ async def relay(
         await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
     finally:
         await tasks.cancel_all()
-        upstream.writer.close()
+        upstream.close()
 
 
 async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:

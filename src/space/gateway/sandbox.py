@@ -1,4 +1,5 @@
-"""What the gateway holds for one sandbox: its policy, CA, open client connections.
+"""What the gateway holds for one sandbox: its policy, CA, open client connections,
+and its `Admission` (the counters its limits are checked against).
 
 The TLS base context's SNI callback is where a handshake is decided: the SNI must be
 a normalised name the policy allows, or the handshake fails with
@@ -12,6 +13,7 @@ from typing import Protocol
 
 from space.gateway.audit import AuditLog, AuditRecord
 from space.gateway.ca import SandboxCA, server_context
+from space.gateway.limits import Admission, GatewayLimits, NodeQuotas
 from space.gateway.policy import Policy, Request, decide
 from space.tasks import TaskSet
 
@@ -28,10 +30,21 @@ class ClientConnection(Protocol):
 
 
 class SandboxGate:
-    def __init__(self, sandbox_id: str, netns: str, policy: Policy, audit: AuditLog) -> None:
+    def __init__(
+        self,
+        sandbox_id: str,
+        netns: str,
+        policy: Policy,
+        audit: AuditLog,
+        *,
+        limits: GatewayLimits | None = None,
+        node: NodeQuotas | None = None,
+    ) -> None:
         self.sandbox_id = sandbox_id
         self.netns = netns
         self.policy = policy
+        self.limits = limits or GatewayLimits()
+        self.admission = Admission(self.limits, node or NodeQuotas.of(self.limits))
         self.ca = SandboxCA(sandbox_id)
         self.tasks = TaskSet()
         self.connections: set[ClientConnection] = set()

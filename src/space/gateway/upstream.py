@@ -3,18 +3,25 @@
 The gateway connects only to addresses it resolved itself (or to an IP literal a
 policy CIDR allowed), checks each against the fence before connecting, and verifies
 upstream certificates against the system trust store plus `SPACE_GATEWAY_CA_FILE`.
+`for_sandbox` gives each sandbox a view that admits its upstream connections through
+its `Admission` (per-sandbox and node-wide caps); `Connection.close` gives the slot
+back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import ipaddress
 import socket
 import ssl
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from space.gateway.fence import address_allowed
+from space.gateway.limits import Admission
+from space.gateway.metrics import GatewayMetrics
 from space.gateway.names import ip_literal
 from space.gateway.nsock import NetnsSockets
 from space.gateway.policy import Policy
@@ -32,6 +39,14 @@ class Connection:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     address: str
+    on_close: Callable[[], None] | None = field(default=None, repr=False)
+
+    def close(self) -> None:
+        """Close the socket and give its sandbox slot back (once)."""
+        self.writer.close()
+        release, self.on_close = self.on_close, None
+        if release is not None:
+            release()
 
 
 def client_context(ca_file: Path | None) -> ssl.SSLContext:
@@ -51,29 +66,56 @@ class Upstreams:
         netns: str | None,
         ca_file: Path | None,
         mark: int | None,
+        resolutions: int = 256,
     ) -> None:
         self.resolver = resolver
+        self._resolutions = asyncio.Semaphore(resolutions)  # node-wide, shared by views
         self._sockets = sockets
         self._netns = netns
         self._mark = mark
         self._tls = client_context(ca_file)
+        self._admission: Admission | None = None
+        self._metrics: GatewayMetrics | None = None
+
+    def for_sandbox(self, admission: Admission, metrics: GatewayMetrics) -> Upstreams:
+        """A view sharing resolver and TLS context, admitting through `admission`."""
+        view = copy.copy(self)
+        view._admission, view._metrics = admission, metrics
+        return view
 
     async def addresses(self, host: str, policy: Policy) -> list[str]:
         """The addresses of `host` that the fence lets this policy reach."""
         literal = ip_literal(host)
-        found = [str(literal)] if literal is not None else await self.resolver.resolve(host)
+        if literal is not None:
+            found = [str(literal)]
+        else:
+            async with self._resolutions:
+                found = await self.resolver.resolve(host)
         return [a for a in found if address_allowed(ipaddress.ip_address(a), policy)]
 
     async def connect(self, host: str, port: int, *, tls: bool, policy: Policy) -> Connection:
         addresses = await self.addresses(host, policy)
         if not addresses:
             raise UpstreamError(f"{host} has no address the gateway may connect to")
+        admission = self._admission
+        if admission is not None and (refused := admission.upstream()) is not None:
+            if self._metrics is not None:
+                self._metrics.refused_upstream(refused)
+            raise UpstreamError(f"too many upstream connections open ({refused.value})")
+        release = admission.upstream_closed if admission is not None else None
         failures: list[str] = []
-        for address in addresses:
-            try:
-                return await self._open(host, address, port, tls)
-            except (OSError, TimeoutError, ssl.SSLError) as exc:
-                failures.append(f"{address}: {exc}")
+        try:
+            for address in addresses:
+                try:
+                    connection = await self._open(host, address, port, tls)
+                except (OSError, TimeoutError, ssl.SSLError) as exc:
+                    failures.append(f"{address}: {exc}")
+                    continue
+                connection.on_close, release = release, None
+                return connection
+        finally:
+            if release is not None:
+                release()
         raise UpstreamError(f"connecting to {host}:{port} failed: {'; '.join(failures)}")
 
     async def _open(self, host: str, address: str, port: int, tls: bool) -> Connection:

@@ -24,6 +24,7 @@ from typing import Any
 
 from space.gateway import Gateway, Policy, UnknownSandbox
 from space.gateway.ceiling import Ceiling, IPAddress, IPNetwork
+from space.gateway.limits import GatewayLimits
 from space.node.agent import AgentClient
 from space.node.client import ExecRequest
 from space.node.network import fence, firewall, hostaddrs
@@ -59,7 +60,9 @@ class EgressConfig:
 
     The ceiling: `open_ranges` (`SPACE_EGRESS_OPEN_CIDRS`), `protected_hosts` (the
     API's and database's hosts), `refresh_seconds`, and for tests the namespace
-    whose addresses count as the node's (None: this process's)."""
+    whose addresses count as the node's (None: this process's).
+
+    `limits`: the gateway's per-sandbox and node-wide limits."""
 
     resolver: str = ""
     ca_file: Path | None = None
@@ -68,6 +71,7 @@ class EgressConfig:
     protected_hosts: tuple[str, ...] = ()
     refresh_seconds: float = 10.0
     host_netns: str | None = None
+    limits: GatewayLimits = GatewayLimits()
 
     def resolver_address(self) -> tuple[str, int]:
         text = self.resolver or _system_resolver()
@@ -91,6 +95,7 @@ class Egress:
             ca_file=config.ca_file,
             upstream_netns=config.upstream_netns,
             mark=fence.mark_for(name),
+            limits=config.limits,
         )
 
     async def attach(
