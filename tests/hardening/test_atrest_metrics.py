@@ -7,6 +7,12 @@ import re
 import httpx
 import pytest
 
+from space.api.app import create_app
+from space.config import Settings
+from space.gateway.limits import Refusal
+from space.gateway.metrics import GatewayMetrics
+from tests.control.fakes import FakeNode
+
 pytestmark = pytest.mark.hardening
 
 
@@ -30,3 +36,20 @@ async def test_metrics_show_the_file_descriptor_budget(client: httpx.AsyncClient
     text = (await client.get("/metrics")).text
     assert re.search(r"^process_max_fds \d", text, re.MULTILINE), text
     assert re.search(r"^process_open_fds \d", text, re.MULTILINE), text
+
+
+async def test_metrics_show_the_gateways_refusals(settings: Settings, fake_node: FakeNode) -> None:
+    gateway = GatewayMetrics()
+    gateway.refused_connection("https", Refusal.RATE)
+    app = create_app(settings, fake_node, metrics_from=[gateway.registry])
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url="http://space") as http:
+            text = (await http.get("/metrics")).text
+    finally:
+        app.state.space.db.dispose()
+    assert re.search(
+        r'^space_gateway_refused_connections_total\{listener="https",reason="rate"\} 1\.0',
+        text,
+        re.MULTILINE,
+    ), text

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from prometheus_client.registry import Collector
 
 from space.api import e2b
 from space.api.bootstrap import open_database
@@ -32,17 +33,19 @@ def create_app(
     *,
     db: Database | None = None,
     run_controller: bool = True,
+    metrics_from: Sequence[Collector] = (),
 ) -> FastAPI:
     """Build the app. With a node, a `Controller` creates sandboxes in-process and
     (unless `run_controller` is False) reconciles in the background; without one,
     sandbox creation waits for a separate `space controller` and data-plane calls
-    answer 503."""
+    answer 503. `metrics_from` adds collectors to `/metrics` (the in-process
+    gateway's counters)."""
     db = db or open_database(settings)
     activity = Activity()
     controller = _controller(settings, db, node, activity)
     hub = _hub(settings, db, node)
     lifecycle: Lifecycle = controller or DbWaiter(db, timeout=settings.timeouts.create)
-    metrics = Metrics(db, node)
+    metrics = Metrics(db, node, metrics_from)
     e2b_front = e2b.E2bFront(settings, activity=activity)
 
     @asynccontextmanager

@@ -11,7 +11,7 @@ explode cardinality; `unmatched` for no route), the method from a fixed set
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -71,7 +71,9 @@ class _WarmPoolCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, db: Database, node: NodeClient | None = None) -> None:
+    def __init__(
+        self, db: Database, node: NodeClient | None = None, extra: Sequence[Collector] = ()
+    ) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "space_api_requests",
@@ -89,6 +91,8 @@ class Metrics:
         ProcessCollector(registry=self.registry)
         if node is not None:
             self.registry.register(_WarmPoolCollector(node))
+        for collector in extra:  # e.g. the in-process gateway's own registry
+            self.registry.register(collector)
 
 
 class MetricsMiddleware:
