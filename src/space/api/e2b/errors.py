@@ -2,7 +2,8 @@
 routes and envd's `/files` and `/health`; one table maps SPACE's errors onto it.
 
     ApiError                         its own status
-    RequestValidationError           400 (E2B answers bad bodies with 400)
+    RequestValidationError           422, the message starting with the field
+                                     (SPACE's rule for a value out of bounds)
     HTTPException                    its status
     EnvdAuthError                    401
     store.NotFound                   404
@@ -34,7 +35,7 @@ from space.store.errors import InvalidTransition, NotFound, StaleGeneration
 log = logging.getLogger(__name__)
 
 _STATUS: list[tuple[type[Exception], int]] = [
-    (RequestValidationError, 400),
+    (RequestValidationError, 422),
     (EnvdAuthError, 401),
     (NotFound, 404),
     (FileNotFoundError, 404),
@@ -75,7 +76,7 @@ def _describe(exc: Exception) -> tuple[int, str]:
     if isinstance(exc, RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(part) for part in first.get("loc", ())[1:]) or "body"
-        return 400, f"{where}: {first.get('msg', 'invalid request')}"
+        return 422, f"{where}: {first.get('msg', 'invalid request')}"
     for kind, status in _STATUS:
         if isinstance(exc, kind):
             if isinstance(exc, OSError) and exc.filename:

@@ -1,0 +1,137 @@
+"""Out-of-bounds input on the E2B front: a 422 in E2B's `{"code", "message"}` shape
+whose message starts with the field, and uploads bounded however they are framed."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from space.config import LimitsConfig, Settings
+from tests.conftest import ServerThread
+from tests.control.fakes import FakeNode
+
+UPLOAD_LIMIT = 1024 * 1024  # the `settings` fixture's max_body_bytes
+MAX_TIMEOUT = 3600
+BIG = 100000000000000
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"limits": LimitsConfig(timeout=MAX_TIMEOUT)})
+
+
+@pytest.fixture
+def api(server: ServerThread, make_key: Callable[..., str]) -> Iterator[httpx.Client]:
+    headers = {"X-API-KEY": make_key("acme")}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+def sandbox(api: httpx.Client) -> tuple[str, str]:
+    response = api.post("/sandboxes", json={"templateID": "base", "timeout": 60})
+    assert response.status_code == 201, response.text
+    return response.json()["sandboxID"], response.json()["envdAccessToken"]
+
+
+def assert_422(response: httpx.Response, field: str) -> None:
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["code"] == 422 and body["message"].startswith(f"{field}"), body
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"timeout": BIG}, "timeout"),
+        ({"timeout": MAX_TIMEOUT + 1}, "timeout"),
+        ({"timeout": -1}, "timeout"),
+        ({"templateID": "x" * 200}, "templateID"),
+        ({"templateID": "../etc"}, "templateID"),
+        ({"envVars": {f"K{i}": "v" for i in range(129)}}, "envVars"),
+        ({"envVars": {"A": "v\x00"}}, "envVars.A"),
+        ({"metadata": {"k": "v" * 5000}}, "metadata.k"),
+        ({"metadata": {f"k{i}": "v" for i in range(65)}}, "metadata"),
+        ({"volumeMounts": [{}] * 65}, "volumeMounts"),
+    ],
+)
+def test_an_out_of_bounds_create_is_a_422(
+    api: httpx.Client, fake_node: FakeNode, body: dict[str, Any], field: str
+) -> None:
+    assert_422(api.post("/sandboxes", json={"templateID": "base", **body}), field)
+    assert fake_node.vms == {}
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "field"),
+    [
+        ("timeout", {"timeout": BIG}, "timeout"),
+        ("timeout", {"timeout": MAX_TIMEOUT + 1}, "timeout"),
+        ("connect", {"timeout": BIG}, "timeout"),
+        ("connect", {"timeout": MAX_TIMEOUT + 1}, "timeout"),
+        ("resume", {"timeout": BIG}, "timeout"),
+        ("refreshes", {"duration": 3601}, "duration"),
+    ],
+)
+def test_an_out_of_bounds_deadline_is_a_422(
+    api: httpx.Client, sandbox: tuple[str, str], route: str, body: dict[str, Any], field: str
+) -> None:
+    sandbox_id, _ = sandbox
+    assert_422(api.post(f"/sandboxes/{sandbox_id}/{route}", json=body), field)
+    listed = api.get(f"/sandboxes/{sandbox_id}").json()
+    assert listed["endAt"] < "2100"
+
+
+def test_a_gzip_upload_bomb_stops_at_the_limit(
+    server: ServerThread, sandbox: tuple[str, str], fake_node: FakeNode
+) -> None:
+    sandbox_id, token = sandbox
+    bomb = gzip.compress(b"\0" * (UPLOAD_LIMIT * 20))
+    response = httpx.post(
+        f"{server.url}/files",
+        params={"path": "/tmp/bomb"},
+        content=bomb,
+        headers={
+            "X-Access-Token": token,
+            "Content-Type": "application/octet-stream",
+            "Content-Encoding": "gzip",
+        },
+    )
+    assert response.status_code == 413, response.text
+    assert response.json()["code"] == 413
+    assert (sandbox_id, "/tmp/bomb") not in fake_node.files
+
+
+def _multipart(boundary: bytes, parts: int, size: int) -> Iterator[bytes]:
+    for i in range(parts):
+        yield (
+            b"--" + boundary + b'\r\nContent-Disposition: form-data; name="file"; '
+            b'filename="/tmp/part' + str(i).encode() + b'"\r\n'
+            b"Content-Type: application/octet-stream\r\n\r\n"
+        )
+        for _ in range(size // 65536):
+            yield b"z" * 65536
+        yield b"\r\n"
+    yield b"--" + boundary + b"--\r\n"
+
+
+def test_a_chunked_multipart_upload_over_the_limit_is_413(
+    server: ServerThread, sandbox: tuple[str, str], fake_node: FakeNode
+) -> None:
+    """No Content-Length to check up front: the count of the streamed body stops it."""
+    sandbox_id, token = sandbox
+    response = httpx.post(
+        f"{server.url}/files",
+        content=_multipart(b"space-bound", parts=4, size=UPLOAD_LIMIT // 2),
+        headers={
+            "X-Access-Token": token,
+            "Content-Type": "multipart/form-data; boundary=space-bound",
+        },
+    )
+    assert response.status_code == 413, response.text
+    assert response.json()["code"] == 413
+    assert not any(key[0] == sandbox_id for key in fake_node.files)
