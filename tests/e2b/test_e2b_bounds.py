@@ -4,6 +4,8 @@ whose message starts with the field, and uploads bounded however they are framed
 from __future__ import annotations
 
 import gzip
+import json
+import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -135,3 +137,33 @@ def test_a_chunked_multipart_upload_over_the_limit_is_413(
     assert response.status_code == 413, response.text
     assert response.json()["code"] == 413
     assert not any(key[0] == sandbox_id for key in fake_node.files)
+
+
+def _envelope(message: dict[str, Any]) -> bytes:
+    payload = json.dumps(message).encode()
+    return struct.pack(">BI", 0, len(payload)) + payload
+
+
+@pytest.mark.parametrize(
+    "process",
+    [
+        {"cmd": "x" * 300_000},
+        {"cmd": "/bin/true", "args": ["y" * 60_000] * 6},
+        {"cmd": "/bin/true", "envs": {f"K{i}": "v" * 1000 for i in range(2000)}},
+        {"cmd": "/bin/true", "envs": {"A=B": "v"}},
+        {"cmd": "/bin/true\x00"},
+        {"cmd": ""},
+    ],
+)
+def test_an_envd_start_out_of_bounds_is_invalid_argument(
+    server: ServerThread, sandbox: tuple[str, str], process: dict[str, Any]
+) -> None:
+    """Bounded like /v1, so it never reaches the agent as an oversize frame."""
+    _, token = sandbox
+    response = httpx.post(
+        f"{server.url}/process.Process/Start",
+        content=_envelope({"process": process}),
+        headers={"content-type": "application/connect+json", "X-Access-Token": token},
+    )
+    assert response.status_code < 500, response.text
+    assert '"invalid_argument"' in response.text, response.text

@@ -6,6 +6,9 @@ must end with no server error (5xx) on either front.
   command that never exits has no end for a request deadline to measure).
 - E2B REST: its routes are left out of the served document (they are E2B's API, not
   SPACE's), so the test builds an OpenAPI document from the same router.
+- envd (Connect-RPC, `/files`) has no OpenAPI document: a hand-written table of
+  absurd input per route, each answered below 500 and never with Connect's
+  `internal`/`unknown`.
 
 Bounded for a 2-core TCG machine: one warm VM, `-n` examples per operation, one
 worker, a deadline per request, exec timeouts capped at 20 s on the server, and a
@@ -18,6 +21,7 @@ import copy
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -26,6 +30,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.openapi.utils import get_openapi
@@ -174,3 +179,89 @@ def test_the_e2b_rest_api_answers_no_fuzzed_request_with_a_server_error(
     _report("E2B REST", code, output, seconds, reaper.deleted)
     assert code == 0, output[-6000:]
     assert "unexpected error in an E2B route" not in space.log.read_text(errors="replace")
+
+
+def _envelope(message: dict[str, Any]) -> bytes:
+    payload = json.dumps(message).encode()
+    return struct.pack(">BI", 0, len(payload)) + payload
+
+
+HUGE_ENV = {f"K{i}": "v" * 1000 for i in range(2000)}
+# envd (Connect-RPC + /files) is not in any OpenAPI document: a table of absurd input
+ENVD_STREAMS: list[dict[str, Any]] = [
+    {"process": {"cmd": "/bin/true\x00"}},
+    {"process": {"cmd": "x" * 300_000}},
+    {"process": {"cmd": "/bin/true", "args": ["\x00"] * 10}},
+    {"process": {"cmd": "/bin/true", "envs": {"A=B": "v", "": "x"}}},
+    {"process": {"cmd": "/bin/true", "envs": HUGE_ENV}},
+    {"process": {"cmd": "/bin/true", "cwd": "relative/dir"}},
+    {"process": {"cmd": "/bin/true", "cwd": "/no/such/dir"}},
+    {"process": {"cmd": "/bin/true"}, "pty": {"size": {"cols": 10**9, "rows": -1}}},
+    {"process": {"cmd": 12}},
+    {"process": {"pid": 10**12}},
+]
+ENVD_UNARY: list[tuple[str, dict[str, Any]]] = [
+    ("/process.Process/SendInput", {"process": {"pid": 10**12}, "input": {"stdin": "!!"}}),
+    ("/process.Process/SendSignal", {"process": {"pid": -1}, "signal": "SIGNAL_BOGUS"}),
+    ("/process.Process/SendSignal", {"process": {"pid": 1}, "signal": 10**9}),
+    ("/process.Process/Update", {"process": {"pid": 10**12}, "pty": {"size": {"cols": -5}}}),
+    ("/process.Process/List", {"junk": ["x"] * 1000}),
+    ("/filesystem.Filesystem/Stat", {"path": "/tmp/a\x00b"}),
+    ("/filesystem.Filesystem/Stat", {"path": "/" + "a" * 5000}),
+    ("/filesystem.Filesystem/Stat", {"path": "/" + "/".join(["d"] * 3000)}),
+    ("/filesystem.Filesystem/ListDir", {"path": "/", "depth": 10**9}),
+    ("/filesystem.Filesystem/ListDir", {"path": "/", "depth": -1}),
+    ("/filesystem.Filesystem/MakeDir", {"path": "/proc/space-fuzz"}),
+    ("/filesystem.Filesystem/Move", {"source": "/nope\x00", "destination": "/tmp/x"}),
+    ("/filesystem.Filesystem/Remove", {"path": "/tmp/" + "r" * 300}),
+    ("/filesystem.Filesystem/CreateWatcher", {"path": "/tmp\x00", "recursive": True}),
+    ("/filesystem.Filesystem/GetWatcherEvents", {"watcherId": "w" * 10_000}),
+    ("/filesystem.Filesystem/RemoveWatcher", {"watcherId": None}),
+]
+ENVD_FILES: list[tuple[str, str]] = [
+    ("GET", "/tmp/a\x00b"),
+    ("GET", "/" + "a" * 5000),
+    ("GET", "/proc/self/mem"),
+    ("POST", "/proc/sys/kernel/space-fuzz"),
+    ("POST", "/" + "/".join(["d"] * 3000)),
+]
+
+
+def test_envd_answers_absurd_input_without_a_server_error(space: SpaceServer) -> None:
+    with space.client() as http:
+        created = http.post(
+            "/sandboxes",
+            json={"templateID": "base", "timeout": 900},
+            headers={"X-API-KEY": space.key},
+        )
+        assert created.status_code == 201, created.text
+        sandbox_id, token = created.json()["sandboxID"], created.json()["envdAccessToken"]
+        space.seen.add(sandbox_id)
+        auth = {"X-Access-Token": token, "E2b-Sandbox-Id": sandbox_id}
+        answers: list[tuple[str, int, str]] = []
+        stream = {"content-type": "application/connect+json", "connect-timeout-ms": "20000"}
+        for message in ENVD_STREAMS:
+            response = http.post(
+                "/process.Process/Start", content=_envelope(message), headers={**auth, **stream}
+            )
+            answers.append((f"Start {str(message)[:60]}", response.status_code, response.text))
+        for route, body in ENVD_UNARY:
+            response = http.post(route, json=body, headers=auth)
+            answers.append((f"{route} {str(body)[:60]}", response.status_code, response.text))
+        for method, path in ENVD_FILES:
+            response = http.request(
+                method, "/files", params={"path": path}, content=b"x", headers=auth
+            )
+            answers.append((f"{method} /files {path[:40]!r}", response.status_code, response.text))
+        alive = http.post(
+            f"/v1/sandboxes/{sandbox_id}/exec",
+            json={"cmd": "echo alive"},
+            headers={"Authorization": f"Bearer {space.key}"},
+        )
+    server_errors = [
+        answer
+        for answer in answers
+        if answer[1] >= 500 or '"code":"internal"' in answer[2] or '"code":"unknown"' in answer[2]
+    ]
+    assert not server_errors, "\n".join(f"{a[0]} -> {a[1]} {a[2][:300]}" for a in server_errors)
+    assert alive.json()["stdout"] == "alive\n", alive.text

@@ -9,6 +9,7 @@ routes and envd's `/files` and `/health`; one table maps SPACE's errors onto it.
     store.NotFound                   404
     FileNotFoundError                404
     IsADirectoryError, NotADirectoryError, ValueError   400
+    any other OSError (the sandbox refused a file op)   400
     PermissionError                  403
     store.InvalidTransition, StaleGeneration            409
     control.NotSupported             501
@@ -51,6 +52,7 @@ _STATUS: list[tuple[type[Exception], int]] = [
     (NodeUnavailable, 503),
     (TimeoutError, 504),
     (ValueError, 400),
+    (OSError, 400),  # any other refusal of a file operation by the sandbox (EINVAL, EIO, ...)
 ]
 
 

@@ -65,7 +65,7 @@ def _file_error(exc: OSError, path: str) -> ApiError:
     for exc_type, status, code in _NODE_FILE_ERRORS:
         if isinstance(exc, exc_type):
             return ApiError(status, code, f"{path}: {exc.strerror or exc}", "path")
-    return ApiError(502, "node_error", f"{path}: {exc}", "path")
+    return ApiError(400, "file_error", f"{path}: {exc.strerror or exc}", "path")
 
 
 async def _chunks(request: Request) -> AsyncIterator[bytes]:
