@@ -167,3 +167,36 @@ def test_an_envd_start_out_of_bounds_is_invalid_argument(
     )
     assert response.status_code < 500, response.text
     assert '"invalid_argument"' in response.text, response.text
+
+
+DEEP = b"[" * 200_000 + b"]" * 200_000  # within the JSON limit, past every parser's depth
+
+
+def test_deeply_nested_json_is_a_4xx_on_every_front(
+    server: ServerThread, sandbox: tuple[str, str], make_key: Callable[..., str]
+) -> None:
+    _, token = sandbox
+    key = make_key("acme")
+    json_type = {"content-type": "application/json"}
+    answers = {
+        "v1": httpx.post(
+            f"{server.url}/v1/sandboxes",
+            content=DEEP,
+            headers={**json_type, "Authorization": f"Bearer {key}"},
+        ),
+        "e2b": httpx.post(
+            f"{server.url}/sandboxes", content=DEEP, headers={**json_type, "X-API-KEY": key}
+        ),
+        "connect-unary": httpx.post(
+            f"{server.url}/filesystem.Filesystem/Stat",
+            content=DEEP,
+            headers={**json_type, "X-Access-Token": token},
+        ),
+        "connect-stream": httpx.post(
+            f"{server.url}/process.Process/Start",
+            content=struct.pack(">BI", 0, len(DEEP)) + DEEP,
+            headers={"content-type": "application/connect+json", "X-Access-Token": token},
+        ),
+    }
+    for front, response in answers.items():
+        assert 400 <= response.status_code < 500, (front, response.status_code, response.text)
