@@ -167,3 +167,18 @@ async def test_an_absurd_timeout_leaves_no_row(client: httpx.AsyncClient, db: Da
     response = await client.post("/v1/sandboxes", json={"timeout": BIG})
     assert response.status_code == 422
     assert (await client.get("/v1/sandboxes")).json()["sandboxes"] == []
+
+
+@pytest.mark.parametrize("sandbox", ["sb%00x", "x" * 10_000, "%F0%9F%92%A9", "sb%0Ax"])
+async def test_an_absurd_sandbox_id_is_a_4xx(client: httpx.AsyncClient, sandbox: str) -> None:
+    for method, path in [("GET", ""), ("DELETE", ""), ("POST", "/exec"), ("POST", "/timeout")]:
+        response = await client.request(
+            method, f"/v1/sandboxes/{sandbox}{path}", json={"cmd": "true", "timeout": 5}
+        )
+        assert 400 <= response.status_code < 500, (method, path, response.text)
+        e2b = await client.request(
+            method if method != "POST" else "GET",
+            f"/sandboxes/{sandbox}",
+            headers={"X-API-KEY": client.headers["authorization"].removeprefix("Bearer ")},
+        )
+        assert 400 <= e2b.status_code < 500, (method, e2b.text)

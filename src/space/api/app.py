@@ -11,7 +11,7 @@ from space.api import e2b
 from space.api.bootstrap import open_database
 from space.api.errors import install_error_handlers
 from space.api.hub import CommandHub
-from space.api.limits import BodyLimits
+from space.api.limits import RequestLimits
 from space.api.metrics import Metrics, MetricsMiddleware
 from space.api.routes import commands, files, sandboxes, system
 from space.api.routes import lifecycle as power
@@ -67,7 +67,7 @@ def create_app(
         app.include_router(module.router)
     e2b.install(app, e2b_front)
     app.add_middleware(
-        BodyLimits,
+        RequestLimits,
         db=db,
         tokens=e2b_front.tokens,
         json_limit=settings.limits.json_body_bytes,

@@ -1,6 +1,9 @@
-"""`BodyLimits`: every request body is bounded before a route sees a byte of it.
+"""`RequestLimits`: every request is bounded before a route sees a byte of its body.
 
 One pure ASGI middleware in front of both fronts:
+
+- A path with a NUL in it (`%00`) is a 400: no id or name holds one, and PostgreSQL
+  refuses NUL in a query parameter (that was a 500 on every `{sandbox_id}` route).
 
 - A request that sends a body (`Content-Length` > 0 or any `Transfer-Encoding`)
   must carry a credential that checks out — an API key (`Authorization: Bearer`
@@ -48,7 +51,7 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body exceeds {limit} bytes")
 
 
-class BodyLimits:
+class RequestLimits:
     def __init__(
         self,
         app: ASGIApp,
@@ -65,6 +68,9 @@ class BodyLimits:
         self._upload_limit = upload_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and "\x00" in scope["path"]:
+            await _reply(scope["path"], 400, "the path must not contain NUL")(scope, receive, send)
+            return
         if scope["type"] != "http" or not _sends_body(scope):
             await self.app(scope, receive, send)
             return
