@@ -172,3 +172,21 @@ def test_plan_skips_a_row_with_an_unknown_state() -> None:
         (Verb.FAIL, "good"),
         (Verb.DESTROY, "other"),
     ]
+
+
+async def test_a_creating_row_the_controller_cannot_use_goes_to_error(
+    power_app: FastAPI, power_node: PowerNode
+) -> None:
+    db: Database = power_app.state.space.db
+    async with power_app.router.lifespan_context(power_app):
+        async with serving(power_app, "acme") as http:
+            bad = (await http.post("/v1/sandboxes", json={})).json()["id"]
+            good = (await http.post("/v1/sandboxes", json={})).json()["id"]
+            poison(db, bad, "state = 'creating', env = '\"text\"'")  # as if a create was cut short
+            del power_node.vms[bad]
+
+            await controller(power_app).reconcile_once()
+
+            assert state_of(db, bad) == "error"
+            assert state_of(db, good) == "running"
+            assert bad not in power_node.vms

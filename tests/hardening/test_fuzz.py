@@ -10,6 +10,9 @@ must end with no server error (5xx) on either front.
   absurd input per route, each answered below 500 and never with Connect's
   `internal`/`unknown`.
 
+The server runs on PostgreSQL where `SPACE_TEST_PG_URL` is set (as in CI: it refuses
+more input than SQLite, NUL in a parameter for one), else on SQLite.
+
 Bounded for a 2-core TCG machine: one warm VM, `-n` examples per operation, one
 worker, a deadline per request, exec timeouts capped at 20 s on the server, and a
 reaper deleting every sandbox older than `KEEP_SECONDS` while the fuzzer runs.
@@ -56,6 +59,7 @@ def space() -> Iterator[SpaceServer]:
     _prerequisites()
     server = SpaceServer(
         Path(tempfile.mkdtemp(prefix="space-fuzz-")),
+        pg_url=os.environ.get("SPACE_TEST_PG_URL"),
         SPACE_NODE_WARM_POOL='{"base": 1}',
         SPACE_TIMEOUT_EXEC="20",
         SPACE_MAX_EXEC_TIMEOUT="20",

@@ -132,13 +132,9 @@ class Controller:
             if row.state != SandboxState.CREATING.value:
                 return
             generation = row.generation
-            try:
-                spec = _spec(row)
-            except (ValueError, TypeError) as exc:
-                spec = None
-                reason = f"create failed: the sandbox row is unusable: {exc}"
-        if spec is None:
-            self._transition(sandbox_id, generation, SandboxState.ERROR, reason)
+            spec = _spec(row)
+        if isinstance(spec, str):
+            self._transition(sandbox_id, generation, SandboxState.ERROR, spec)
             return
         try:
             async with asyncio.timeout(self._timeouts.create):
@@ -195,13 +191,17 @@ async def _call(op: Callable[[], Awaitable[None]]) -> None:
     await op()
 
 
-def _spec(row: Sandbox) -> SandboxSpec:
-    return SandboxSpec(
-        sandbox_id=row.id,
-        template=row.template,
-        env=dict(row.env),
-        network=dict(row.network) if row.network is not None else None,
-    )
+def _spec(row: Sandbox) -> SandboxSpec | str:
+    """What the node is asked to create, or why the row cannot say (a corrupt row)."""
+    try:
+        return SandboxSpec(
+            sandbox_id=row.id,
+            template=row.template,
+            env=dict(row.env),
+            network=dict(row.network) if row.network is not None else None,
+        )
+    except (ValueError, TypeError) as exc:
+        return f"create failed: the sandbox row is unusable: {exc}"
 
 
 def _snapshot(row: Sandbox) -> RowSnapshot:

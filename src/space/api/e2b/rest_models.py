@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from space.api.e2b.config import ENVD_VERSION
 from space.api.schemas import MAX_SECONDS, Env, Metadata
+from space.control.expiry import expires_at
 from space.node.client import SandboxSpec
 from space.store.models import Sandbox
 from space.store.states import SandboxState
@@ -115,8 +116,9 @@ class RefreshIn(_Body):
 
 def end_at(row: Sandbox) -> datetime:
     """When the sandbox's deadline is: its timeout, else its idle suspend."""
-    if row.timeout_seconds is not None:
-        return row.created_at + timedelta(seconds=row.timeout_seconds)
+    deadline = expires_at(row)
+    if deadline is not None:
+        return deadline
     return row.last_activity_at + timedelta(seconds=row.idle_timeout_seconds)
 
 
