@@ -53,6 +53,19 @@ class TimeoutConfig(BaseSettings):
         return self.idle_by_template.get(template, self.idle)
 
 
+class LimitsConfig(BaseSettings):
+    """Bounds an operator sets on what one request may ask for (`SPACE_MAX_TIMEOUT`,
+    `SPACE_MAX_EXEC_TIMEOUT`, `SPACE_MAX_JSON_BODY_BYTES`): the longest sandbox
+    `timeout` / `idle_timeout` and exec timeout in seconds, and the largest request
+    body that is not a file upload (uploads: `SPACE_MAX_BODY_BYTES`)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_MAX_", extra="ignore")
+
+    timeout: int = Field(default=30 * 24 * 3600, gt=0, le=2**31 - 1)
+    exec_timeout: int = Field(default=24 * 3600, gt=0, le=2**31 - 1)
+    json_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+
+
 class ControllerConfig(BaseSettings):
     """Reconciler and expiry-sweep cadence (`SPACE_CONTROLLER_RECONCILE_INTERVAL`,
     `SPACE_CONTROLLER_EXPIRY_INTERVAL`, ...)."""
@@ -236,6 +249,7 @@ class Settings(BaseSettings):
     auto_restore: bool = True
     server: ServerConfig = Field(default_factory=ServerConfig)
     timeouts: TimeoutConfig = Field(default_factory=TimeoutConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     node: NodeConfig = Field(default_factory=NodeConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)

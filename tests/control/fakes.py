@@ -119,6 +119,7 @@ class FakeNode:
     vms: dict[str, SandboxObservation] = field(default_factory=dict)
     files: dict[tuple[str, str], bytes] = field(default_factory=dict)
     fail_create: str | None = None
+    refuse_start: OSError | None = None  # like a node whose agent cannot start the program
     create_delay: float = 0.0
     dirs: set[tuple[str, str]] = field(default_factory=set)
     created: list[str] = field(default_factory=list)
@@ -158,6 +159,8 @@ class FakeNode:
 
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
         self._require(sandbox_id)
+        if self.refuse_start is not None:
+            raise self.refuse_start
         cmd = request.cmd if request.cmd is not None else " ".join(request.args or ())
         if cmd.startswith("echo "):
             return ExecResult(0, cmd[5:].encode() + b"\n", b"")
@@ -169,6 +172,8 @@ class FakeNode:
 
     async def start_command(self, sandbox_id: str, request: ExecRequest) -> FakeCommand:
         self._require(sandbox_id)
+        if self.refuse_start is not None:
+            raise self.refuse_start
         return FakeCommand(request.cmd or " ".join(request.args or ()))
 
     async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:

@@ -89,7 +89,7 @@ def test_errors_are_typed(env: str, server: ServerThread) -> None:
             sandbox.files.read("/missing")
         with pytest.raises(space.sdk.APIError) as relative:
             sandbox.files.read("etc/passwd")
-        assert (relative.value.status, relative.value.field) == (400, "path")
+        assert (relative.value.status, relative.value.field) == (422, "path")
         command = sandbox.start("emit 1")
         list(command.events())
         with pytest.raises(ConflictError):

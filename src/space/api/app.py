@@ -12,6 +12,7 @@ from space.api import e2b
 from space.api.bootstrap import open_database
 from space.api.errors import install_error_handlers
 from space.api.hub import CommandHub
+from space.api.limits import RequestLimits
 from space.api.metrics import Metrics, MetricsMiddleware
 from space.api.routes import commands, files, keys, sandboxes, system
 from space.api.routes import lifecycle as power
@@ -68,6 +69,13 @@ def create_app(
     for module in (sandboxes, commands, files, power, keys, system):
         app.include_router(module.router)
     e2b.install(app, e2b_front)
+    app.add_middleware(
+        RequestLimits,
+        db=db,
+        tokens=e2b_front.tokens,
+        json_limit=settings.limits.json_body_bytes,
+        upload_limit=settings.server.max_body_bytes,
+    )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
 

@@ -2,7 +2,8 @@
 
 The only place that maps exceptions to HTTP statuses:
 
-    ApiError (raised by handlers with an explicit status and code)
+    ApiError (raised by handlers with an explicit status and code;
+              `out_of_bounds` is the 422 for a value past an operator's limit)
     RequestValidationError      -> 422 validation_error, field from the location
     HTTPException (404/405/...) -> its status, code from the status
     store.NotFound              -> 404 not_found
@@ -42,6 +43,12 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.field = field
+
+
+def out_of_bounds(field: str, value: float, limit: float, unit: str = "seconds") -> None:
+    """A 422 naming `field` if `value` exceeds the operator's `limit`."""
+    if value > limit:
+        raise ApiError(422, "out_of_bounds", f"{field}: at most {limit:g} {unit}", field)
 
 
 def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:

@@ -1,11 +1,67 @@
-"""Request and response bodies of the native API (separate from the tables)."""
+"""Request and response bodies of the native API (separate from the tables).
+
+Every request field is bounded here, so the OpenAPI document states the bounds and
+an out-of-bounds value is a 422 naming the field before any handler runs: string
+lengths, map and list sizes, no NUL anywhere, and timeouts at most `MAX_SECONDS`
+(the operator's lower `SPACE_MAX_TIMEOUT` / `SPACE_MAX_EXEC_TIMEOUT` are checked by
+the routes). A command's argv, environment and cwd together stay within
+`MAX_COMMAND_WIRE_BYTES` (checked where the command is built), well inside one
+agent frame.
+"""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+)
+
+KIB = 1024
+MAX_SECONDS = 2**31 - 1  # fits every integer column and every datetime sum
+MAX_ENV_ENTRIES = 128
+MAX_METADATA_ENTRIES = 64
+MAX_ENV_WIRE_BYTES = 64 * KIB
+MAX_COMMAND_WIRE_BYTES = 256 * KIB
+MAX_ARGS = 1024
+MAX_PATH_CHARS = 4096
+MAX_PATH_COMPONENT_CHARS = 255
+MAX_STDIN_CHARS = 4 * 1024 * KIB
+NO_NUL = r"^[^\x00]*$"
+
+EnvName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^=\x00]+$")]
+EnvValue = Annotated[str, StringConstraints(max_length=16 * KIB, pattern=NO_NUL)]
+MetaKey = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=NO_NUL)]
+MetaValue = Annotated[str, StringConstraints(max_length=4 * KIB, pattern=NO_NUL)]
+Metadata = Annotated[dict[MetaKey, MetaValue], Field(max_length=MAX_METADATA_ENTRIES)]
+Seconds = Annotated[int, Field(gt=0, le=MAX_SECONDS)]
+Word = Annotated[str, StringConstraints(max_length=64 * KIB, pattern=NO_NUL)]
+AbsolutePath = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS, pattern=r"^/[^\x00]*$")
+]
+
+
+def wire_bytes(value: object) -> int:
+    """The size of `value` as the agent protocol encodes it (JSON, ASCII-escaped)."""
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+def check_env_size(env: dict[str, str]) -> dict[str, str]:
+    if wire_bytes(env) > MAX_ENV_WIRE_BYTES:
+        raise ValueError(f"the environment exceeds {MAX_ENV_WIRE_BYTES} bytes in all")
+    return env
+
+
+Env = Annotated[
+    dict[EnvName, EnvValue], Field(max_length=MAX_ENV_ENTRIES), AfterValidator(check_env_size)
+]
 
 
 class Strict(BaseModel):
@@ -16,13 +72,13 @@ class CreateSandbox(Strict):
     template: str = Field(
         default="base", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
     )
-    timeout: int | None = Field(default=None, gt=0, description="absolute lifetime, seconds")
+    timeout: Seconds | None = Field(default=None, description="absolute lifetime, seconds")
     on_timeout: Literal["kill", "suspend"] = Field(
         default="kill", description="what happens at the `timeout` deadline"
     )
-    idle_timeout: int | None = Field(default=None, gt=0, description="idle suspend, seconds")
-    env: dict[str, str] = Field(default_factory=dict)
-    metadata: dict[str, str] = Field(default_factory=dict)
+    idle_timeout: Seconds | None = Field(default=None, description="idle suspend, seconds")
+    env: Env = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
     network: dict[str, Any] | None = None
 
 
@@ -42,7 +98,7 @@ class SandboxOut(BaseModel):
 
 
 class TimeoutBody(Strict):
-    timeout: int = Field(gt=0, description="the sandbox's deadline becomes now + this, seconds")
+    timeout: Seconds = Field(description="the sandbox's deadline becomes now + this, seconds")
 
 
 class SandboxList(BaseModel):
@@ -50,12 +106,21 @@ class SandboxList(BaseModel):
 
 
 class ExecBody(Strict):
-    cmd: str | None = Field(default=None, description="run under /bin/sh -c")
-    args: list[str] | None = Field(default=None, min_length=1, description="exec directly")
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
-    stdin: str | None = None
-    timeout: float | None = Field(default=None, gt=0)
+    cmd: Word | None = Field(default=None, min_length=1, description="run under /bin/sh -c")
+    args: list[Word] | None = Field(
+        default=None, min_length=1, max_length=MAX_ARGS, description="exec directly"
+    )
+    env: Env = Field(default_factory=dict)
+    cwd: AbsolutePath | None = None
+    stdin: str | None = Field(default=None, max_length=MAX_STDIN_CHARS)
+    timeout: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+
+    @field_validator("args")
+    @classmethod
+    def _program(cls, args: list[str] | None) -> list[str] | None:
+        if args is not None and not args[0]:
+            raise ValueError("the program (args[0]) must not be empty")
+        return args
 
 
 class ExecOut(BaseModel):
@@ -69,12 +134,14 @@ class CommandCreated(BaseModel):
 
 
 class StdinBody(Strict):
-    data: str = Field(default="", description="base64 bytes to write")
+    data: str = Field(default="", max_length=MAX_STDIN_CHARS, description="base64 bytes to write")
     eof: bool = Field(default=False, description="close stdin after writing")
 
 
 class SignalBody(Strict):
-    signal: int | str = Field(description="number or name, e.g. 15 or SIGTERM")
+    signal: Annotated[int, Field(ge=1, le=64)] | Annotated[str, Field(max_length=16)] = Field(
+        description="number or name, e.g. 15 or SIGTERM"
+    )
 
 
 class Health(BaseModel):

@@ -3,7 +3,8 @@
 The API calls `ensure_created` / `ensure_deleted` for a fast answer; the same
 code runs from `reconcile_once`, the periodic, level-triggered backstop that
 converges desired and observed state after any crash. At most one operation per
-sandbox is in flight; a second caller waits for the first.
+sandbox is in flight; a second caller waits for the first. A pass logs and
+skips an action that fails (or a row it cannot use) and goes on with the rest.
 """
 
 from __future__ import annotations
@@ -130,13 +131,11 @@ class Controller:
             row = SandboxRepo(session).get(sandbox_id)
             if row.state != SandboxState.CREATING.value:
                 return
-            spec = SandboxSpec(
-                sandbox_id=row.id,
-                template=row.template,
-                env=dict(row.env),
-                network=dict(row.network) if row.network is not None else None,
-            )
             generation = row.generation
+            spec = _spec(row)
+        if isinstance(spec, str):
+            self._transition(sandbox_id, generation, SandboxState.ERROR, spec)
+            return
         try:
             async with asyncio.timeout(self._timeouts.create):
                 await self._clear_leftover(sandbox_id)
@@ -190,6 +189,19 @@ class Controller:
 
 async def _call(op: Callable[[], Awaitable[None]]) -> None:
     await op()
+
+
+def _spec(row: Sandbox) -> SandboxSpec | str:
+    """What the node is asked to create, or why the row cannot say (a corrupt row)."""
+    try:
+        return SandboxSpec(
+            sandbox_id=row.id,
+            template=row.template,
+            env=dict(row.env),
+            network=dict(row.network) if row.network is not None else None,
+        )
+    except (ValueError, TypeError) as exc:
+        return f"create failed: the sandbox row is unusable: {exc}"
 
 
 def _snapshot(row: Sandbox) -> RowSnapshot:

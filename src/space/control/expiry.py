@@ -16,6 +16,9 @@ extension always wins over the expiry.
   `kill` (running, paused or suspended) or `suspend` (running or paused). A
   deadline fires once: a sandbox that changed after it (restored, say) runs on
   until it is idle or a new deadline is set.
+
+One row that cannot be read or reasoned about (a corrupt column, a deadline
+past year 9999) is logged and skipped; it never stops the pass for the others.
 """
 
 from __future__ import annotations
@@ -74,10 +77,14 @@ class Activity:
 
 
 def expires_at(row: Sandbox) -> datetime | None:
-    """The absolute deadline: `timeout_seconds` after creation (None: there is none)."""
+    """The absolute deadline: `timeout_seconds` after creation (None: there is none,
+    or it lies past what a datetime holds)."""
     if row.timeout_seconds is None:
         return None
-    return row.created_at + timedelta(seconds=row.timeout_seconds)
+    try:
+        return row.created_at + timedelta(seconds=row.timeout_seconds)
+    except OverflowError:
+        return None
 
 
 def lifetime_until(row: Sandbox, deadline: datetime) -> int:
@@ -127,10 +134,15 @@ class Expired:
 
 
 def due(rows: Sequence[ExpiryRow], busy: frozenset[str], now: datetime) -> list[Expired]:
-    """What expires at `now`; a deadline takes precedence over idleness."""
+    """What expires at `now`; a deadline takes precedence over idleness. A row the
+    rules trip on is logged and skipped."""
     actions = []
     for row in rows:
-        action = _timed_out(row, now) or _idle(row, busy, now)
+        try:
+            action = _timed_out(row, now) or _idle(row, busy, now)
+        except (ValueError, TypeError, OverflowError):
+            log.exception("expiry: skipping sandbox %s, its row is unusable", row.sandbox_id)
+            continue
         if action is not None:
             actions.append(action)
     return actions
@@ -156,6 +168,16 @@ def _idle(row: ExpiryRow, busy: frozenset[str], now: datetime) -> Expired | None
     return Expired(Expire.IDLE, row.sandbox_id, row.generation, StillDue(idle_since=cutoff))
 
 
+def _expiry_rows(sandboxes: Sequence[Sandbox]) -> list[ExpiryRow]:
+    rows = []
+    for sandbox in sandboxes:
+        try:
+            rows.append(ExpiryRow.of(sandbox))
+        except (ValueError, TypeError, OverflowError):
+            log.exception("expiry: skipping sandbox %s, its row is unusable", sandbox.id)
+    return rows
+
+
 class Expiry:
     """Runs `due` against the database and carries out what it returns."""
 
@@ -178,7 +200,7 @@ class Expiry:
         """One pass; sandboxes expire concurrently, each failure is logged on its own."""
         now = utcnow()
         with self._db.session() as session:
-            rows = [ExpiryRow.of(row) for row in SandboxRepo(session).list_in(WATCHED)]
+            rows = _expiry_rows(SandboxRepo(session).list_in(WATCHED))
             busy = CommandRepo(session).running_sandbox_ids() | self._activity.busy()
         actions = due(rows, frozenset(busy), now)
         if actions:

@@ -3,16 +3,20 @@
 `plan` is pure: it takes snapshots of both sides and returns what to do, each
 action pinned to the generation it was computed from. The controller executes
 the actions; a row that changed meanwhile is skipped and seen again next pass.
+A row it cannot read (an unknown state) is logged and skipped, never the pass.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from space.node.client import SandboxObservation
 from space.store.states import HOLDS_VM, SandboxState
+
+log = logging.getLogger(__name__)
 
 
 class Verb(StrEnum):
@@ -50,10 +54,15 @@ def plan(
     by_id = {obs.sandbox_id: obs for obs in observed}
     actions: list[Action] = []
     for row in rows:
-        if row.sandbox_id not in busy:
+        if row.sandbox_id in busy:
+            continue
+        try:
             action = _for_row(row, by_id.get(row.sandbox_id))
-            if action is not None:
-                actions.append(action)
+        except ValueError:
+            log.exception("reconcile: skipping sandbox %s, its row is unusable", row.sandbox_id)
+            continue
+        if action is not None:
+            actions.append(action)
     wanted = {row.sandbox_id for row in rows}
     for sandbox_id in sorted(by_id.keys() - wanted - busy):
         actions.append(Action(Verb.DESTROY, sandbox_id, reason="orphan: no live sandbox row"))

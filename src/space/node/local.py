@@ -209,10 +209,12 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         return [sandbox.observation() for sandbox in self._sandboxes.values()]
 
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
-        return await self._agent(sandbox_id).exec(self._with_env(sandbox_id, request))
+        with as_oserror(request.cwd or (request.args or ("",))[0]):  # a refused start
+            return await self._agent(sandbox_id).exec(self._with_env(sandbox_id, request))
 
     async def start_command(self, sandbox_id: str, request: ExecRequest) -> CommandHandle:
-        return await self._agent(sandbox_id).start(self._with_env(sandbox_id, request))
+        with as_oserror(request.cwd or (request.args or ("",))[0]):
+            return await self._agent(sandbox_id).start(self._with_env(sandbox_id, request))
 
     async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         with as_oserror(path):

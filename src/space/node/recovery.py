@@ -1,4 +1,7 @@
-"""The startup sweep: adopt what a previous run left alive, remove every leftover."""
+"""The startup sweep: adopt what a previous run left alive, remove every leftover.
+
+A record whose adopt or teardown fails is logged (its sandbox reported `error`) and
+the sweep goes on with the rest."""
 
 from __future__ import annotations
 
@@ -24,10 +27,15 @@ class RecoveryMixin:
             log.warning("removing leftover sandbox directory %s", directory)
             shutil.rmtree(directory, ignore_errors=True)
         for record in known:
-            if record.deleting or not record.claimed:
-                await self._teardown(record.slot, None)
-            else:
-                await self._adopt(record)
+            try:
+                if record.deleting or not record.claimed:
+                    await self._teardown(record.slot, None)
+                else:
+                    await self._adopt(record)
+            except Exception as exc:  # one bad record never stops the sweep
+                log.exception("startup sweep: %s cannot be recovered, going on", record.slot)
+                if (sandbox := self._sandboxes.get(record.sandbox_id)) is not None:
+                    sandbox.state, sandbox.reason = "error", f"recovery failed: {exc}"
         await self._remove_orphans({r.slot for r in known if r.claimed and not r.deleting})
 
     async def _adopt(self: NodeInternals, record: SandboxRecord) -> None:

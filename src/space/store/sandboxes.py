@@ -1,18 +1,26 @@
-"""Sandbox rows: creation, org-scoped reads, generation-checked state transitions."""
+"""Sandbox rows: creation, org-scoped reads, generation-checked state transitions.
+
+The list reads skip a row that cannot be loaded (a corrupt column), logging it, so
+one bad row never stops a sweep or a listing of every other row.
+"""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Select, func, select, update
 from sqlalchemy.orm import Session
 
 from space.store.errors import NoLongerDue, NotFound, StaleGeneration
 from space.store.keys import new_id
 from space.store.models import Sandbox, utcnow
 from space.store.states import DesiredState, SandboxState, check_transition
+
+log = logging.getLogger(__name__)
+UNREADABLE = (ValueError, TypeError, OverflowError)  # what a column's decoding raises
 
 
 @dataclass(frozen=True)
@@ -94,17 +102,33 @@ class SandboxRepo:
             .where(Sandbox.org_id == org_id, Sandbox.state != SandboxState.DELETED.value)
             .order_by(Sandbox.created_at, Sandbox.id)
         )
-        return list(self.session.scalars(query))
+        return self._readable(query)
 
     def list_in(self, states: frozenset[SandboxState]) -> list[Sandbox]:
         """Every sandbox in one of `states` (for the expiry sweep)."""
-        query = select(Sandbox).where(Sandbox.state.in_([state.value for state in states]))
-        return list(self.session.scalars(query.execution_options(populate_existing=True)))
+        return self._readable(
+            select(Sandbox).where(Sandbox.state.in_([state.value for state in states]))
+        )
 
     def list_live(self) -> list[Sandbox]:
         """Every sandbox not yet deleted, for the reconciler."""
-        query = select(Sandbox).where(Sandbox.state != SandboxState.DELETED.value)
-        return list(self.session.scalars(query.execution_options(populate_existing=True)))
+        return self._readable(select(Sandbox).where(Sandbox.state != SandboxState.DELETED.value))
+
+    def _readable(self, query: Select[Sandbox]) -> list[Sandbox]:
+        """The rows `query` selects, fresh from the database; if one cannot be
+        loaded, each is loaded on its own and the unreadable ones are skipped."""
+        query = query.execution_options(populate_existing=True)
+        try:
+            return list(self.session.scalars(query))
+        except UNREADABLE:
+            log.warning("a sandbox row cannot be read; loading the rows one by one")
+        rows = []
+        for sandbox_id in list(self.session.scalars(query.with_only_columns(Sandbox.id))):
+            try:
+                rows.append(self.session.scalars(query.where(Sandbox.id == sandbox_id)).one())
+            except UNREADABLE:
+                log.exception("sandbox %s: its row cannot be read, skipping it", sandbox_id)
+        return rows
 
     def known_ids(self, ids: list[str]) -> set[str]:
         """Which of `ids` have a live row."""

@@ -96,7 +96,7 @@ def to_connect_error(exc: BaseException) -> ConnectError:
         return ConnectError("unauthenticated", str(exc))
     if isinstance(exc, SandboxNotRunning | NodeError):
         return ConnectError("unavailable", str(exc))
-    if isinstance(exc, ValidationError | RequestValidationError | ValueError):
+    if isinstance(exc, ValidationError | RequestValidationError | ValueError | RecursionError):
         return ConnectError("invalid_argument", str(exc))
     if isinstance(exc, TimeoutError):
         return ConnectError("deadline_exceeded", "the sandbox did not answer in time")

@@ -2,12 +2,14 @@
 routes and envd's `/files` and `/health`; one table maps SPACE's errors onto it.
 
     ApiError                         its own status
-    RequestValidationError           400 (E2B answers bad bodies with 400)
+    RequestValidationError           422, the message starting with the field
+                                     (SPACE's rule for a value out of bounds)
     HTTPException                    its status
     EnvdAuthError                    401
     store.NotFound                   404
     FileNotFoundError                404
     IsADirectoryError, NotADirectoryError, ValueError   400
+    any other OSError (the sandbox refused a file op)   400
     PermissionError                  403
     store.InvalidTransition, StaleGeneration            409
     control.NotSupported             501
@@ -34,7 +36,7 @@ from space.store.errors import InvalidTransition, NotFound, StaleGeneration
 log = logging.getLogger(__name__)
 
 _STATUS: list[tuple[type[Exception], int]] = [
-    (RequestValidationError, 400),
+    (RequestValidationError, 422),
     (EnvdAuthError, 401),
     (NotFound, 404),
     (FileNotFoundError, 404),
@@ -50,6 +52,7 @@ _STATUS: list[tuple[type[Exception], int]] = [
     (NodeUnavailable, 503),
     (TimeoutError, 504),
     (ValueError, 400),
+    (OSError, 400),  # any other refusal of a file operation by the sandbox (EINVAL, EIO, ...)
 ]
 
 
@@ -75,7 +78,7 @@ def _describe(exc: Exception) -> tuple[int, str]:
     if isinstance(exc, RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(part) for part in first.get("loc", ())[1:]) or "body"
-        return 400, f"{where}: {first.get('msg', 'invalid request')}"
+        return 422, f"{where}: {first.get('msg', 'invalid request')}"
     for kind, status in _STATUS:
         if isinstance(exc, kind):
             if isinstance(exc, OSError) and exc.filename:

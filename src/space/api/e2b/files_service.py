@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
-import zlib
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -87,9 +86,7 @@ async def upload(
                 written.append(_written(absolute))
     else:
         absolute = _absolute(path)
-        body = _limited(request.stream(), limit)
-        if request.headers.get("content-encoding", "").lower() == "gzip":
-            body = _gunzip(body)
+        body = _limited(request.stream(), limit)  # gzip is decoded by `space.api.limits`
         await _write(state, target.sandbox_id, absolute, body)
         written.append(_written(absolute))
     return JSONResponse(written)
@@ -138,15 +135,6 @@ async def _limited(chunks: AsyncIterator[bytes], limit: int) -> AsyncIterator[by
             raise E2bError(413, f"body exceeds {limit} bytes")
         if chunk:
             yield chunk
-
-
-async def _gunzip(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    async for chunk in chunks:
-        if data := inflater.decompress(chunk):
-            yield data
-    if tail := inflater.flush():
-        yield tail
 
 
 async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -11,7 +11,17 @@ import stat
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field, model_validator
+
 from space.api.e2b.connect import Message
+from space.api.schemas import (
+    MAX_ARGS,
+    MAX_COMMAND_WIRE_BYTES,
+    MAX_PATH_CHARS,
+    Env,
+    Word,
+    wire_bytes,
+)
 from space.node.client import ProcessEvent
 
 if TYPE_CHECKING:
@@ -33,10 +43,18 @@ class Pty(Message):
 
 
 class ProcessConfigIn(Message):
-    cmd: str
-    args: list[str] = []
-    envs: dict[str, str] = {}
-    cwd: str | None = None
+    """Bounded like `/v1`'s `ExecBody`, so a start always fits one agent frame."""
+
+    cmd: Word = Field(min_length=1)
+    args: list[Word] = Field(default=[], max_length=MAX_ARGS)
+    envs: Env = {}
+    cwd: Word | None = Field(default=None, max_length=MAX_PATH_CHARS)
+
+    @model_validator(mode="after")
+    def _fits_a_frame(self) -> ProcessConfigIn:
+        if wire_bytes([self.cmd, self.args, self.envs, self.cwd]) > MAX_COMMAND_WIRE_BYTES:
+            raise ValueError(f"cmd, args, envs and cwd exceed {MAX_COMMAND_WIRE_BYTES} bytes")
+        return self
 
 
 class StartRequest(Message):

@@ -31,7 +31,8 @@ from space.api.e2b.rest_models import (
     listed_json,
     sandbox_json,
 )
-from space.api.routes.sandboxes import create_sandbox, delete_sandbox
+from space.api.errors import out_of_bounds
+from space.api.routes.sandboxes import create_sandbox, delete_sandbox, rendered
 from space.api.schemas import CreateSandbox
 from space.api.state import AppState
 from space.control.expiry import lifetime_until
@@ -75,6 +76,7 @@ async def create(
 ) -> JSONResponse:
     if body.volume_mounts:
         raise E2bError(400, "volume mounts are not supported by SPACE")
+    out_of_bounds("timeout", body.timeout, state.settings.limits.timeout)
     native = CreateSandbox(
         template=body.template_id,
         timeout=body.timeout or None,
@@ -101,7 +103,7 @@ async def get(
 
 @router.get("/sandboxes")
 async def list_v1(principal: PrincipalDep, state: StateDep) -> JSONResponse:
-    return JSONResponse([listed_json(row) for row in _listable(state, principal)])
+    return JSONResponse(rendered(_listable(state, principal), listed_json))
 
 
 @router.get("/v2/sandboxes")
@@ -115,18 +117,18 @@ async def list_v2(
 ) -> JSONResponse:
     wanted_meta = _metadata_filter(metadata)
     wanted_states = set(states.split(",")) if states else {"running", "paused"}
-    rows = [
-        row
-        for row in _listable(state, principal)
-        if E2B_STATE[row.state] in wanted_states
-        and all(row.meta.get(k) == v for k, v in wanted_meta.items())
+    listed = [
+        (row, shown)
+        for row, shown in rendered(_listable(state, principal), lambda row: (row, listed_json(row)))
+        if shown["state"] in wanted_states
+        and all(shown["metadata"].get(k) == v for k, v in wanted_meta.items())
     ]
-    start = _page_start(rows, next_token)
-    page = rows[start : start + limit]
+    start = _page_start([row for row, _ in listed], next_token)
+    page = listed[start : start + limit]
     headers = {}
-    if start + limit < len(rows):
-        headers["x-next-token"] = _token_after(page[-1])
-    return JSONResponse([listed_json(row) for row in page], headers=headers)
+    if start + limit < len(listed):
+        headers["x-next-token"] = _token_after(page[-1][0])
+    return JSONResponse([shown for _, shown in page], headers=headers)
 
 
 @router.delete("/sandboxes/{sandbox_id}", status_code=204)
@@ -179,6 +181,7 @@ async def set_timeout(
     sandbox_id: str, body: TimeoutIn, principal: PrincipalDep, state: StateDep
 ) -> Response:
     """The sandbox now ends `timeout` seconds from now."""
+    out_of_bounds("timeout", body.timeout, state.settings.limits.timeout)
     row = _visible(state, principal, sandbox_id)
     _deadline(state, row, body.timeout, extend_only=False)
     return Response(status_code=204)
@@ -213,6 +216,7 @@ async def _wake(
     state: AppState, principal: Principal, sandbox_id: str, timeout: int, *, extend_only: bool
 ) -> Sandbox | None:
     """Resume or restore the sandbox; None if it was running already."""
+    out_of_bounds("timeout", timeout, state.settings.limits.timeout)
     row = _visible(state, principal, sandbox_id)
     woken: Sandbox | None = None
     if row.state == S.PAUSED.value:

@@ -1,5 +1,8 @@
 """E2B REST bodies in, and SPACE sandbox rows out in E2B's JSON shapes.
 
+Bodies are bounded like the native API's (`space.api.schemas`): template names,
+timeouts, env and metadata sizes.
+
 SPACE state -> E2B state: running (and creating) -> `running`; paused,
 suspending, suspended, restoring -> `paused`; error and deleting are not shown.
 """
@@ -13,6 +16,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from space.api.e2b.config import ENVD_VERSION
+from space.api.schemas import MAX_SECONDS, Env, Metadata
+from space.control.expiry import expires_at
 from space.node.client import SandboxSpec
 from space.store.models import Sandbox
 from space.store.states import SandboxState
@@ -42,15 +47,19 @@ class NetworkIn(_Body):
 
 
 class NewSandboxIn(_Body):
-    template_id: str = Field(alias="templateID", min_length=1)
-    timeout: int = Field(default=15, ge=0)
+    template_id: str = Field(
+        alias="templateID", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+    )
+    timeout: int = Field(default=15, ge=0, le=MAX_SECONDS)
     auto_pause: bool = Field(default=False, alias="autoPause")
-    env_vars: dict[str, str] = Field(default_factory=dict, alias="envVars")
-    metadata: dict[str, str] = Field(default_factory=dict)
+    env_vars: Env = Field(default_factory=dict, alias="envVars")
+    metadata: Metadata = Field(default_factory=dict)
     secure: bool = True
     allow_internet_access: bool | None = None
     network: NetworkIn | None = None
-    volume_mounts: list[dict[str, Any]] | None = Field(default=None, alias="volumeMounts")
+    volume_mounts: list[dict[str, Any]] | None = Field(
+        default=None, alias="volumeMounts", max_length=64
+    )
 
     def network_policy(self) -> dict[str, Any] | None:
         """SPACE's egress policy (`{"mode", "allow", "deny"}`) for E2B's options.
@@ -94,11 +103,11 @@ def network_view(policy: dict[str, Any] | None) -> tuple[bool | None, dict[str, 
 
 
 class TimeoutIn(_Body):
-    timeout: int = Field(ge=0)
+    timeout: int = Field(ge=0, le=MAX_SECONDS)
 
 
 class ConnectIn(_Body):
-    timeout: int = Field(default=300, ge=0)
+    timeout: int = Field(default=300, ge=0, le=MAX_SECONDS)
 
 
 class RefreshIn(_Body):
@@ -107,8 +116,9 @@ class RefreshIn(_Body):
 
 def end_at(row: Sandbox) -> datetime:
     """When the sandbox's deadline is: its timeout, else its idle suspend."""
-    if row.timeout_seconds is not None:
-        return row.created_at + timedelta(seconds=row.timeout_seconds)
+    deadline = expires_at(row)
+    if deadline is not None:
+        return deadline
     return row.last_activity_at + timedelta(seconds=row.idle_timeout_seconds)
 
 

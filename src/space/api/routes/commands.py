@@ -14,10 +14,18 @@ from fastapi import APIRouter, Header, Response
 from fastapi.responses import StreamingResponse
 
 from space.api.deps import DataPlaneDep, PrincipalDep, SessionDep, StateDep, require_running
-from space.api.errors import ApiError
+from space.api.errors import ApiError, out_of_bounds
 from space.api.quotas import admit_command, release_command, reserve_command
 from space.api.revocation import KeyWatch
-from space.api.schemas import CommandCreated, ExecBody, ExecOut, SignalBody, StdinBody
+from space.api.schemas import (
+    MAX_COMMAND_WIRE_BYTES,
+    CommandCreated,
+    ExecBody,
+    ExecOut,
+    SignalBody,
+    StdinBody,
+    wire_bytes,
+)
 from space.api.sse import event_stream
 from space.node.client import ExecRequest
 from space.store.commands import CommandRepo
@@ -27,9 +35,14 @@ router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["commands"])
 EXEC_GRACE_SECONDS = 5.0
 
 
-def to_request(body: ExecBody) -> ExecRequest:
+def to_request(body: ExecBody, max_timeout: float) -> ExecRequest:
+    """The node's request for `body`; 422 if it is not one command within bounds."""
     if (body.cmd is None) == (body.args is None):
         raise ApiError(422, "validation_error", "give exactly one of `cmd` or `args`", "cmd")
+    field = "cmd" if body.cmd is not None else "args"
+    size = wire_bytes([body.cmd, body.args, body.env, body.cwd])
+    out_of_bounds(field, size, MAX_COMMAND_WIRE_BYTES, "bytes with env and cwd")
+    out_of_bounds("timeout", body.timeout or 0, max_timeout)
     return ExecRequest(
         cmd=body.cmd,
         args=tuple(body.args) if body.args is not None else None,
@@ -44,7 +57,7 @@ def to_request(body: ExecBody) -> ExecRequest:
 async def exec_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) -> ExecOut:
     """Run a command to completion and return its output."""
     timeout = body.timeout or state.settings.timeouts.exec
-    request = replace(to_request(body), timeout=timeout)
+    request = replace(to_request(body, state.settings.limits.exec_timeout), timeout=timeout)
     await require_running(state, sandbox)
     limit = timeout + EXEC_GRACE_SECONDS
     slot = reserve_command(state.db, state.settings.quotas, sandbox.org_id, sandbox.id, _argv(body))
@@ -55,6 +68,8 @@ async def exec_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) -
         exit_code = result.exit_code
     except TimeoutError as exc:
         raise ApiError(504, "exec_timeout", f"command did not finish within {limit:.0f}s") from exc
+    except OSError as exc:
+        raise _cannot_start(body, exc) from exc
     finally:
         release_command(state.db, slot, exit_code)
     return ExecOut(
@@ -67,17 +82,28 @@ async def exec_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) -
 @router.post("/commands", status_code=201)
 async def start_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) -> CommandCreated:
     """Start a background command; follow it with `GET .../commands/{cid}/events`."""
-    request = to_request(body)
+    request = to_request(body, state.settings.limits.exec_timeout)
     await require_running(state, sandbox)
-    command_id = await state.commands.start(
-        sandbox.id,
-        request,
-        _argv(body),
-        admit=lambda session: admit_command(
-            session, state.settings.quotas, sandbox.org_id, sandbox.id
-        ),
-    )
+    try:
+        command_id = await state.commands.start(
+            sandbox.id,
+            request,
+            _argv(body),
+            admit=lambda session: admit_command(
+                session, state.settings.quotas, sandbox.org_id, sandbox.id
+            ),
+        )
+    except OSError as exc:
+        raise _cannot_start(body, exc) from exc
     return CommandCreated(id=command_id)
+
+
+def _cannot_start(body: ExecBody, exc: OSError) -> ApiError:
+    """The sandbox refused the command (no such program or cwd, ...): the caller's 422."""
+    field = "cwd" if body.cwd is not None and exc.filename == body.cwd else "cmd"
+    if body.args is not None and field == "cmd":
+        field = "args"
+    return ApiError(422, "cannot_start", f"{field}: {exc.strerror or exc}", field)
 
 
 @router.get(

@@ -1,4 +1,8 @@
-"""`PUT/GET /v1/sandboxes/{id}/files?path=/abs/path`: raw bytes, streamed both ways."""
+"""`PUT/GET /v1/sandboxes/{id}/files?path=/abs/path`: raw bytes, streamed both ways.
+
+The upload's size (`SPACE_MAX_BODY_BYTES`, chunked and compressed bodies included)
+is enforced by `space.api.limits` before and while the body streams in.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +15,19 @@ from fastapi.responses import StreamingResponse
 
 from space.api.deps import DataPlaneDep, StateDep, require_running
 from space.api.errors import ApiError
+from space.api.schemas import MAX_PATH_CHARS, MAX_PATH_COMPONENT_CHARS
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}/files", tags=["files"])
 
-PathQuery = Annotated[str, Query(min_length=1, description="absolute path in the sandbox")]
+PathQuery = Annotated[
+    str,
+    Query(
+        min_length=1,
+        max_length=MAX_PATH_CHARS,
+        pattern=r"^/[^\x00]*$",
+        description="absolute path in the sandbox",
+    ),
+]
 
 _NODE_FILE_ERRORS: list[tuple[type[OSError], int, str]] = [
     (FileNotFoundError, 404, "file_not_found"),
@@ -25,27 +38,39 @@ _NODE_FILE_ERRORS: list[tuple[type[OSError], int, str]] = [
 
 
 def checked_path(path: str) -> str:
-    """An absolute path without `..` components, else 400 naming `path`."""
-    if not path.startswith("/"):
-        raise ApiError(400, "invalid_path", "path must be absolute", "path")
-    if ".." in PurePosixPath(path).parts or "\x00" in path:
-        raise ApiError(400, "invalid_path", "path must not contain `..`", "path")
+    """An absolute path without `..` or NUL, within the length bounds, else 422 naming `path`."""
+    problem = path_problem(path)
+    if problem is not None:
+        raise ApiError(422, "invalid_path", f"path: {problem}", "path")
     return path
+
+
+def path_problem(path: str) -> str | None:
+    """Why `path` is not a usable file path in a sandbox, or None."""
+    if not path.startswith("/"):
+        return "must be absolute"
+    if "\x00" in path:
+        return "must not contain NUL"
+    if len(path) > MAX_PATH_CHARS:
+        return f"must be at most {MAX_PATH_CHARS} characters"
+    parts = PurePosixPath(path).parts
+    if ".." in parts:
+        return "must not contain `..`"
+    if any(len(part.encode()) > MAX_PATH_COMPONENT_CHARS for part in parts[1:]):
+        return f"each component must be at most {MAX_PATH_COMPONENT_CHARS} bytes"
+    return None
 
 
 def _file_error(exc: OSError, path: str) -> ApiError:
     for exc_type, status, code in _NODE_FILE_ERRORS:
         if isinstance(exc, exc_type):
             return ApiError(status, code, f"{path}: {exc.strerror or exc}", "path")
-    return ApiError(502, "node_error", f"{path}: {exc}", "path")
+    return ApiError(400, "file_error", f"{path}: {exc.strerror or exc}", "path")
 
 
-async def _limited(request: Request, limit: int) -> AsyncIterator[bytes]:
-    seen = 0
+async def _chunks(request: Request) -> AsyncIterator[bytes]:
+    """The body as it streams in (bounded and decoded by `space.api.limits`)."""
     async for chunk in request.stream():
-        seen += len(chunk)
-        if seen > limit:
-            raise ApiError(413, "payload_too_large", f"body exceeds {limit} bytes")
         if chunk:
             yield chunk
 
@@ -65,14 +90,10 @@ async def write_file(
     """Write the raw request body to `path` (created or replaced)."""
     checked_path(path)
     if path.endswith("/"):
-        raise ApiError(400, "invalid_path", "path must name a file, not a directory", "path")
-    limit = state.settings.server.max_body_bytes
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, "payload_too_large", f"body exceeds {limit} bytes")
+        raise ApiError(422, "invalid_path", "path must name a file, not a directory", "path")
     await require_running(state, sandbox)
     try:
-        await state.node.write_file(sandbox.id, path, _limited(request, limit))
+        await state.node.write_file(sandbox.id, path, _chunks(request))
     except OSError as exc:
         raise _file_error(exc, path) from exc
 

@@ -7,6 +7,7 @@ from datetime import timedelta
 from fastapi import APIRouter
 
 from space.api.deps import SandboxDep, StateDep
+from space.api.errors import out_of_bounds
 from space.api.routes.sandboxes import to_out
 from space.api.schemas import SandboxOut, TimeoutBody
 from space.control.expiry import lifetime_until
@@ -51,6 +52,7 @@ async def restore(sandbox: SandboxDep, state: StateDep) -> SandboxOut:
 @router.post("/timeout")
 async def set_timeout(body: TimeoutBody, sandbox: SandboxDep, state: StateDep) -> SandboxOut:
     """Reset the absolute deadline to `timeout` seconds from now (earlier or later)."""
+    out_of_bounds("timeout", body.timeout, state.settings.limits.timeout)
     if sandbox.state == SandboxState.DELETING.value:
         raise InvalidTransition(sandbox.id, sandbox.state, "a new deadline")
     lifetime = lifetime_until(sandbox, utcnow() + timedelta(seconds=body.timeout))

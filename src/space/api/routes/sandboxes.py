@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
 from fastapi import APIRouter, Response
 
 from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep
-from space.api.errors import ApiError
+from space.api.errors import ApiError, out_of_bounds
 from space.api.quotas import admit_sandbox
 from space.api.schemas import CreateSandbox, SandboxList, SandboxOut
 from space.control.expiry import expires_at
@@ -15,6 +19,8 @@ from space.store.sandboxes import NewSandbox, SandboxRepo
 from space.store.states import DesiredState, SandboxState
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def to_out(row: Sandbox) -> SandboxOut:
@@ -39,6 +45,9 @@ async def create_sandbox(
     body: CreateSandbox, principal: PrincipalDep, state: StateDep
 ) -> SandboxOut:
     """Create a sandbox; answers once it is running."""
+    limit = state.settings.limits.timeout
+    out_of_bounds("timeout", body.timeout or 0, limit)
+    out_of_bounds("idle_timeout", body.idle_timeout or 0, limit)
     node = state.node_client
     if node is not None and body.template not in (known := await node.templates()):
         raise ApiError(
@@ -76,7 +85,18 @@ async def create_sandbox(
 @router.get("")
 async def list_sandboxes(principal: PrincipalDep, session: SessionDep) -> SandboxList:
     rows = SandboxRepo(session).list_for_org(principal.org_id)
-    return SandboxList(sandboxes=[to_out(row) for row in rows])
+    return SandboxList(sandboxes=rendered(rows, to_out))
+
+
+def rendered(rows: list[Sandbox], render: Callable[[Sandbox], T]) -> list[T]:
+    """Each row rendered; one that cannot be (a corrupt row) is logged and left out."""
+    out: list[T] = []
+    for row in rows:
+        try:
+            out.append(render(row))
+        except (ValueError, TypeError, OverflowError):
+            log.exception("sandbox %s cannot be shown, leaving it out of the list", row.id)
+    return out
 
 
 @router.get("/{sandbox_id}")
