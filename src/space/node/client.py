@@ -64,9 +64,14 @@ class ExecRequest:
 
 @dataclass(frozen=True)
 class ExecResult:
+    """A finished command's output, each stream cut at the node's exec limit;
+    `*_dropped` counts the bytes past it."""
+
     exit_code: int
     stdout: bytes
     stderr: bytes
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
 
 
 @dataclass(frozen=True)

@@ -218,7 +218,13 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
 
     async def pause_sandbox(self, sandbox_id: str) -> None:
         sandbox = self._running(sandbox_id)
-        await self._ready_driver().pause(_vm(sandbox))
+        agent = self._agent(sandbox_id)
+        agent.hold_keepalive()  # a paused guest cannot answer pings
+        try:
+            await self._ready_driver().pause(_vm(sandbox))
+        except BaseException:
+            agent.release_keepalive()
+            raise
         self._save(sandbox, sandbox.record.with_power(paused=True))
         sandbox.state = "paused"
 
@@ -231,7 +237,11 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         if sandbox.agent is None:  # adopted while paused by a restarted node
             await sandbox.connect_agent()
             await self._rejoin_gateway(sandbox)
-        sandbox.state = "running"
+            sandbox.state = "running"
+        else:
+            sandbox.agent.release_keepalive()
+            sandbox.state = "running"
+            await sandbox.agent.health()  # re-makes the connection if it died meanwhile
 
     async def suspend_sandbox(self, sandbox_id: str) -> None:
         """Snapshot memory, devices and disk (sealed, fsynced), then end the VM."""
