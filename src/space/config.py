@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 Accel = Literal["auto", "kvm", "tcg"]
 
 GIB = 1024**3
+MIB = 1024**2
 
 
 class ServerConfig(BaseSettings):
@@ -87,6 +88,19 @@ class NodeConfig(BaseSettings):
     )
 
 
+class LimitsConfig(BaseSettings):
+    """Caps on what a sandbox's output may cost the host (`SPACE_LIMITS_*`, bytes):
+    each command's log (`command_log_bytes`), the VM serial console log
+    (`console_log_bytes`, the newest output kept), and each stream of one
+    `exec` response (`exec_output_bytes`). Output past a cap is dropped and counted."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_LIMITS_", extra="ignore")
+
+    command_log_bytes: int = Field(default=64 * MIB, ge=4096)
+    console_log_bytes: int = Field(default=4 * MIB, ge=4096)
+    exec_output_bytes: int = Field(default=16 * MIB, ge=1)
+
+
 class Settings(BaseSettings):
     """Everything one SPACE process needs."""
 
@@ -103,6 +117,7 @@ class Settings(BaseSettings):
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     node: NodeConfig = Field(default_factory=NodeConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

@@ -2,7 +2,9 @@
 
 `start` asks the node for a process, records a `commands` row and spawns a pump
 that appends every event to the command's log (see `eventlog`). Readers follow
-the log, so streams survive client disconnects and can be replayed.
+the log, so streams survive client disconnects and can be replayed. Each log
+holds at most `log_limit` bytes; the pump keeps draining past it (the command
+runs on, its further output dropped and counted on the `exit` record).
 """
 
 from __future__ import annotations
@@ -46,12 +48,14 @@ class CommandHub:
         log_dir: Path,
         keepalive: float,
         call_timeout: float,
+        log_limit: int,
     ) -> None:
         self._db = db
         self._node = node
         self._log_dir = log_dir
         self._keepalive = keepalive
         self._call_timeout = call_timeout
+        self._log_limit = log_limit
         self._live: dict[str, _Live] = {}
         self._tasks = TaskSet()
 
@@ -63,7 +67,7 @@ class CommandHub:
         command_id = new_id("cmd")
         async with asyncio.timeout(self._call_timeout):
             handle = await self._node.start_command(sandbox_id, request)
-        writer = LogWriter(self.log_path(sandbox_id, command_id))
+        writer = LogWriter(self.log_path(sandbox_id, command_id), self._log_limit)
         with self._db.session() as session:
             CommandRepo(session).create(sandbox_id, argv, command_id=command_id)
         self._live[command_id] = _Live(handle, writer)

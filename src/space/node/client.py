@@ -60,6 +60,7 @@ class ExecRequest:
     stdin: bytes | None = None
     timeout: float | None = None
     pty: tuple[int, int] | None = None  # (rows, cols) for an interactive terminal
+    output_limit: int | None = None  # exec: bytes kept per stream (None: the node's default)
 
 
 @dataclass(frozen=True)

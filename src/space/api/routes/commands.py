@@ -38,11 +38,14 @@ def to_request(body: ExecBody) -> ExecRequest:
     )
 
 
-@router.post("/exec")
+@router.post("/exec", response_model_exclude_defaults=True)
 async def exec_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) -> ExecOut:
-    """Run a command to completion and return its output."""
+    """Run a command to completion and return its output: at most
+    SPACE_LIMITS_EXEC_OUTPUT_BYTES of each stream; `stdout_dropped` /
+    `stderr_dropped` (present only when non-zero) count the bytes past that."""
     timeout = body.timeout or state.settings.timeouts.exec
-    request = replace(to_request(body), timeout=timeout)
+    limit_bytes = state.settings.limits.exec_output_bytes
+    request = replace(to_request(body), timeout=timeout, output_limit=limit_bytes)
     await require_running(state, sandbox)
     limit = timeout + EXEC_GRACE_SECONDS
     try:
@@ -54,6 +57,8 @@ async def exec_command(body: ExecBody, sandbox: SandboxDep, state: StateDep) -> 
         exit_code=result.exit_code,
         stdout=result.stdout.decode(errors="replace"),
         stderr=result.stderr.decode(errors="replace"),
+        stdout_dropped=result.stdout_dropped,
+        stderr_dropped=result.stderr_dropped,
     )
 
 

@@ -209,9 +209,11 @@ class AgentClient:
 
     async def exec(self, request: ExecRequest, *, user: str | None = None) -> ExecResult:
         """Run a command to completion; stdin is empty unless `request.stdin` is set.
-        Each stream keeps its first `output_limit` bytes; the rest is counted."""
+        Each stream keeps its first `request.output_limit` (default: the client's
+        `output_limit`) bytes; the rest is counted."""
         process = await self.start(request, user=user, stdin=request.stdin is not None)
-        with _Spool(self.output_limit) as stdout, _Spool(self.output_limit) as stderr:
+        limit = request.output_limit if request.output_limit is not None else self.output_limit
+        with _Spool(limit) as stdout, _Spool(limit) as stderr:
             async for event in process.events():
                 if event.kind == "stdout":
                     stdout.write(event.data)
