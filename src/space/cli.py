@@ -98,6 +98,7 @@ def _local_node(settings: Settings) -> LocalNode:
         base_snapshots=settings.node.base_snapshots,
         warm_pools=settings.node.warm_pool,
         egress=EgressConfig(settings.gateway.resolver, settings.gateway.ca_file),
+        console_log_bytes=settings.limits.console_log_bytes,
     )
 
 

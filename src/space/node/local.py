@@ -80,8 +80,10 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         base_snapshots: bool = True,
         warm_pools: dict[str, int] | None = None,
         egress: EgressConfig | None = None,
+        console_log_bytes: int = 4 << 20,
     ) -> None:
         self.data_dir = data_dir
+        self._console_log_bytes = console_log_bytes
         self.cache_dir = cache_dir
         self.run_dir = run_dir
         self._accel = accel
@@ -356,6 +358,7 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
             memory_mib=record.memory_mib,
             vcpus=record.vcpus,
             network=NetworkAttachment(network.netns, network.tap, network.guest_mac),
+            console_log_bytes=self._console_log_bytes,
         )
 
     async def _teardown(self, slot: str, sandbox: Sandbox | None) -> None:

@@ -58,7 +58,7 @@ def qemu_argv(config: VmConfig, accel: Accel, *, incoming: str | None = None) ->
         "-device",
         "virtio-rng-device,rng=rng0",
         "-chardev",
-        f"file,id=console,path={config.console_log}",
+        f"socket,id=console,path={config.console_socket},server=on,wait=off",
         "-serial",
         "chardev:console",
         "-qmp",
