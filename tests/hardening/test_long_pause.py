@@ -90,7 +90,7 @@ async def test_pause_120s_then_resume(parked: Parked, tmp_path: Path) -> None:
     await parked.wait_out()
     await node.resume_sandbox(parked.paused)
     away = time.monotonic() - parked.since
-    print(f"\nresumed after {away:.0f}s paused")
+    print(f"\nresumed after {away:.0f}s paused")  # noqa: T201
     await _works(node, parked.paused, tmp_path)
 
 
@@ -98,5 +98,6 @@ async def test_suspend_120s_then_restore(parked: Parked, tmp_path: Path) -> None
     node = parked.node
     await parked.wait_out()
     await node.restore_sandbox(parked.suspended)
-    print(f"\nrestored after {time.monotonic() - parked.since:.0f}s suspended")
+    away = time.monotonic() - parked.since
+    print(f"\nrestored after {away:.0f}s suspended")  # noqa: T201
     await _works(node, parked.suspended, tmp_path)

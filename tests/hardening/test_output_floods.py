@@ -146,7 +146,7 @@ def under_flood(node: Node, flood: Callable[[], Any]) -> tuple[Any, float, Peak]
 
 
 def report(node: Node, name: str, pushed: int, seconds: float, during: float, peak: Peak) -> None:
-    print(
+    print(  # noqa: T201 (the figures the issue asks to see)
         f"\n{name}: pushed {pushed / MIB:.0f} MiB in {seconds:.0f}s "
         f"({pushed / MIB / max(seconds, 0.1):.1f} MiB/s) of {TWO_GB / MIB:.0f} MiB asked; "
         f"victim exec p50 quiet {node.quiet_p50 * 1000:.0f} ms, during {during * 1000:.0f} ms; "
@@ -156,9 +156,12 @@ def report(node: Node, name: str, pushed: int, seconds: float, during: float, pe
     assert peak.rss - node.rss <= RSS_BOUND
     assert peak.fds - node.fds <= FD_BOUND
     assert during <= 2 * node.quiet_p50, (during, node.quiet_p50)
-    assert node.http.post(f"/v1/sandboxes/{node.victim}/exec", json={"cmd": "echo ok"}).json()[
-        "stdout"
-    ] == "ok\n"
+    assert (
+        node.http.post(f"/v1/sandboxes/{node.victim}/exec", json={"cmd": "echo ok"}).json()[
+            "stdout"
+        ]
+        == "ok\n"
+    )
 
 
 def test_stdout_flood_of_a_command(node: Node) -> None:
@@ -209,8 +212,14 @@ def test_stdout_flood_of_an_exec(node: Node) -> None:
     result, during, peak = under_flood(node, flood)
     kept = len(result["stdout"])
     assert kept == EXEC_CAP and result["stdout_dropped"] > 0
-    report(node, "exec stdout flood", kept + result["stdout_dropped"], time.monotonic() - began,
-           during, peak)
+    report(
+        node,
+        "exec stdout flood",
+        kept + result["stdout_dropped"],
+        time.monotonic() - began,
+        during,
+        peak,
+    )
 
 
 def test_serial_console_flood(node: Node) -> None:

@@ -33,5 +33,6 @@ async def test_a_console_flood_leaves_at_most_the_cap_on_disk(tmp_path: Path) ->
 
 
 async def test_a_missing_console_socket_is_given_up_on(tmp_path: Path) -> None:
-    await follow_console(tmp_path / "none.sock", tmp_path / "console.log", 4096, connect_timeout=0.2)
-    assert not (tmp_path / "console.log").exists()
+    log = tmp_path / "console.log"
+    await follow_console(tmp_path / "none.sock", log, 4096, connect_timeout=0.2)
+    assert not log.exists()

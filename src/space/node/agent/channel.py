@@ -55,7 +55,8 @@ class HostChannel:
         if frame.type in STREAM_TYPES:
             self._uncredited += len(frame.payload)
             if self._uncredited > MAX_UNCREDITED:
-                return f"agent sent {self._uncredited} stream bytes without credit (window {WINDOW})"
+                held = self._uncredited
+                return f"agent sent {held} stream bytes without credit (window {WINDOW})"
         if self._queue.qsize() >= MAX_QUEUED_FRAMES:
             return f"agent queued more than {MAX_QUEUED_FRAMES} unconsumed frames"
         if frame.type is FrameType.REPLY:

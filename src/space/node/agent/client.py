@@ -38,7 +38,6 @@ from space.node.agent.process import AgentProcess
 from space.node.agent.watch import Watch
 from space.node.client import ExecRequest, ExecResult
 
-
 #: Bytes of one exec stream kept in memory before its spool moves to disk.
 SPOOL_MEMORY = 1 << 20
 #: Default cap on what `exec` keeps of each stream.
@@ -174,11 +173,11 @@ class AgentClient:
 
     async def reseed(self, entropy: bytes) -> None:
         """Mix `entropy` into the guest's pool; credited where the agent may do so."""
-        body = {"entropy": base64.b64encode(entropy).decode()}
+        body: dict[str, object] = {"entropy": base64.b64encode(entropy).decode()}
         await (await self._live()).call("reseed", body)
 
     async def set_identity(self, hostname: str, sandbox_id: str) -> None:
-        body = {"hostname": hostname, "sandbox_id": sandbox_id}
+        body: dict[str, object] = {"hostname": hostname, "sandbox_id": sandbox_id}
         await (await self._live()).call("set_identity", body)
 
     # -- processes -----------------------------------------------------------------
