@@ -222,21 +222,29 @@ def test_stdout_flood_of_an_exec(node: Node) -> None:
     )
 
 
+#: Runs in the attacker's guest: writes to the serial console for argv[1] seconds,
+#: then prints how many bytes the port took.
+CONSOLE_FLOOD = """
+import os, sys, time
+fd = os.open("/dev/ttyS0", os.O_WRONLY | os.O_NOCTTY)
+line, sent, end = b"console-flood-line\\n" * 3000, 0, time.time() + float(sys.argv[1])
+while time.time() < end:
+    sent += os.write(fd, line)
+print(sent)
+"""
+
+
 def test_serial_console_flood(node: Node) -> None:
+    http, files = node.http, f"/v1/sandboxes/{node.attacker}/files"
+    assert http.put(files, params={"path": "/tmp/console.py"}, content=CONSOLE_FLOOD).is_success
     began = time.monotonic()
-    seconds = int(FLOOD_SECONDS)
 
     def flood() -> int:
-        cmd = (
-            f"yes console-flood-line | timeout -s INT {seconds} "
-            "dd of=/dev/ttyS0 bs=64k iflag=fullblock 2>&1 | tail -n 1"
-        )
-        body = {"cmd": cmd, "timeout": FLOOD_SECONDS + 30}
-        response = node.http.post(f"/v1/sandboxes/{node.attacker}/exec", json=body)
+        body = {"args": ["python3", "/tmp/console.py", str(FLOOD_SECONDS)]}
+        response = http.post(f"/v1/sandboxes/{node.attacker}/exec", json=body)
         assert response.status_code == 200, response.text
-        copied = re.match(r"(\d+) bytes", response.json()["stdout"])
-        assert copied, response.json()
-        return int(copied.group(1))
+        assert response.json()["exit_code"] == 0, response.json()
+        return int(response.json()["stdout"])
 
     pushed, during, peak = under_flood(node, flood)
     logs = list(node.server.run_dir.glob("*/console.log"))
@@ -264,3 +272,110 @@ def _exit_of(log: Path) -> dict[str, Any] | None:
         return None  # an exit record is small: whole within the tail, if it is there
     record: dict[str, Any] = json.loads(lines[-1])
     return record
+
+
+#: Runs in the attacker's guest: kills the agent, takes its virtio port, then
+#: answers the host like an agent would (handshake, pings) until asked for a
+#: file, which it "sends" by flooding DATA frames without ever waiting for credit.
+HOSTILE_AGENT = r"""
+import os, sys, time
+sys.path.insert(0, "/run/space/py")
+from space.guest.protocol import MAX_PAYLOAD, FrameDecoder, FrameType, encode, encode_json
+from space.guest.link import find_port
+
+end = time.time() + float(sys.argv[1])
+port, me = str(find_port()), os.getpid()
+
+def agents():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if int(pid) != me and b"space.guest" in cmd:
+            yield int(pid)
+
+while True:
+    for pid in agents():
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    try:
+        fd = os.open(port, os.O_RDWR | os.O_NONBLOCK)
+        break
+    except OSError:
+        if time.time() > end:
+            raise
+        time.sleep(0.005)
+open("/tmp/hostile.ready", "w").write("on the port\n")
+
+def send(frame):
+    view = memoryview(frame)
+    while view and time.time() < end:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            time.sleep(0.001)
+
+decoder = FrameDecoder()
+want = frozenset({FrameType.HELLO, FrameType.PING, FrameType.REQUEST})
+flood = bytes(MAX_PAYLOAD)
+while time.time() < end:
+    try:
+        data = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        data = b""
+    if not data:
+        time.sleep(0.01)
+        continue
+    decoder.feed(data)
+    while (frame := decoder.scan(want)) is not None:
+        if frame.type is FrameType.PING:
+            send(encode(FrameType.PONG, 0))
+        elif frame.type is FrameType.HELLO:
+            ack = {"nonce": frame.json()["nonce"], "generation": 1, "agent": {"generations": [1]}}
+            send(encode_json(FrameType.HELLO_ACK, 0, ack))
+        elif frame.json().get("op") == "read_file":
+            while time.time() < end:
+                send(encode(FrameType.DATA, frame.channel, flood))
+        else:
+            error = {"error": {"code": "busy", "message": "hostile agent"}}
+            send(encode_json(FrameType.REPLY, frame.channel, error))
+"""
+
+
+def test_a_guest_agent_ignoring_credit_is_cut_off(node: Node) -> None:
+    """Last in this module: it leaves the attacker's agent dead."""
+    http, files = node.http, f"/v1/sandboxes/{node.attacker}/files"
+    assert http.put(files, params={"path": "/tmp/hostile.py"}, content=HOSTILE_AGENT).is_success
+    argv = ["/run/space/bin/python3", "/tmp/hostile.py", str(FLOOD_SECONDS)]
+    started = http.post(f"/v1/sandboxes/{node.attacker}/commands", json={"args": argv})
+    assert started.status_code == 201, started.text
+    began = time.monotonic()
+
+    def flood() -> str:
+        """Ask for a file until the hostile agent answers (it floods), and read none of it."""
+        deadline = began + FLOOD_SECONDS
+        while time.monotonic() < deadline:
+            with http.stream("GET", files, params={"path": "/tmp/hostile.ready"}) as response:
+                if response.status_code != 200:
+                    time.sleep(0.2)  # still the real agent (404), or the port changing hands
+                    continue
+                # Hold the body unread: the host must not buffer what the guest pushes.
+                end = time.monotonic() + FLOOD_SECONDS
+                while time.monotonic() < end:
+                    cut = http.post(f"/v1/sandboxes/{node.attacker}/exec", json={"cmd": "true"})
+                    if cut.status_code == 502:
+                        return str(cut.json()["error"]["message"])
+                    time.sleep(0.5)
+        raise AssertionError("the hostile agent was never cut off")
+
+    message, during, peak = under_flood(node, flood)
+    assert "cut off" in message and "without credit" in message, message
+    # Only the attacker: its calls keep failing with that error, the victim's work.
+    again = http.post(f"/v1/sandboxes/{node.attacker}/exec", json={"cmd": "true"})
+    assert again.status_code == 502 and "cut off" in again.json()["error"]["message"]
+    pushed = int(re.search(r"sent (\d+) stream bytes", message).group(1))  # type: ignore[union-attr]
+    print(f"\ncut off: {message}")  # noqa: T201 (the figures the issue asks to see)
+    report(node, "credit-ignoring agent", pushed, time.monotonic() - began, during, peak)
