@@ -48,6 +48,7 @@ class Node:
     attacker: str
     victim: str
     quiet_p50: float
+    busy_p50: float  # while the attacker only burns its vCPU (no output at all)
     rss: int
     fds: int
 
@@ -79,16 +80,25 @@ def exec_p50(http: httpx.Client, sandbox: str) -> float:
     return statistics.median(times)
 
 
+def cpu_of(pid: int) -> float:
+    """User + system CPU seconds of a process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Peak:
-    """RSS and fd peaks of a process, sampled in a thread while a flood runs."""
+    """RSS and fd peaks of a process, sampled in a thread while a flood runs, and
+    the CPU seconds it used meanwhile."""
 
     pid: int
     rss: int = 0
     fds: int = 0
+    cpu: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def __enter__(self) -> Peak:
+        self._cpu = cpu_of(self.pid)
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
@@ -96,6 +106,7 @@ class Peak:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self.cpu = cpu_of(self.pid) - self._cpu
 
     def _sample(self) -> None:
         while not self._stop.wait(0.1):
@@ -115,12 +126,28 @@ def node() -> Iterator[Node]:
             attacker, victim = server.create(http), server.create(http)
             exec_p50(http, victim)  # warm up
             quiet = exec_p50(http, victim)
+            busy = busy_neighbour_p50(http, attacker, victim)
             proc = server._proc
             assert proc is not None
-            yield Node(server, http, attacker, victim, quiet, rss_of(proc.pid), fds_of(proc.pid))
+            yield Node(
+                server, http, attacker, victim, quiet, busy, rss_of(proc.pid), fds_of(proc.pid)
+            )
     finally:
         leaks = server.close()
     assert not leaks, leaks
+
+
+def busy_neighbour_p50(http: httpx.Client, attacker: str, victim: str) -> float:
+    """The victim's exec p50 while the attacker's guest spins its vCPU and writes
+    nothing: the floor for any busy neighbour until per-VM CPU limits exist."""
+    url = f"/v1/sandboxes/{attacker}/commands"
+    spin = http.post(url, json={"cmd": "timeout 60 sh -c 'while :; do :; done'"})
+    assert spin.status_code == 201, spin.text
+    try:
+        time.sleep(2)  # let the loop get going before measuring under it
+        return exec_p50(http, victim)
+    finally:
+        http.post(f"{url}/{spin.json()['id']}/signal", json={"signal": "KILL"})
 
 
 def under_flood(node: Node, flood: Callable[[], Any]) -> tuple[Any, float, Peak]:
@@ -145,17 +172,31 @@ def under_flood(node: Node, flood: Callable[[], Any]) -> tuple[Any, float, Peak]
     return outcome["value"], during, peak
 
 
-def report(node: Node, name: str, pushed: int, seconds: float, during: float, peak: Peak) -> None:
+def report(
+    node: Node,
+    name: str,
+    pushed: int,
+    seconds: float,
+    during: float,
+    peak: Peak,
+    *,
+    baseline: str = "quiet",
+) -> None:
+    """Print the figures and check the bounds; `baseline="busy"` compares the
+    victim's p50 with its value next to a CPU-bound attacker instead of a quiet one."""
     print(  # noqa: T201 (the figures the issue asks to see)
         f"\n{name}: pushed {pushed / MIB:.0f} MiB in {seconds:.0f}s "
         f"({pushed / MIB / max(seconds, 0.1):.1f} MiB/s) of {TWO_GB / MIB:.0f} MiB asked; "
-        f"victim exec p50 quiet {node.quiet_p50 * 1000:.0f} ms, during {during * 1000:.0f} ms; "
+        f"victim exec p50 quiet {node.quiet_p50 * 1000:.0f} ms, next to a CPU-bound attacker "
+        f"{node.busy_p50 * 1000:.0f} ms, during {during * 1000:.0f} ms; "
         f"node RSS {node.rss / MIB:.0f} -> peak {peak.rss / MIB:.0f} MiB "
-        f"(bound +{RSS_BOUND / MIB:.0f}), fds {node.fds} -> peak {peak.fds} (bound +{FD_BOUND})"
+        f"(bound +{RSS_BOUND / MIB:.0f}), fds {node.fds} -> peak {peak.fds} (bound +{FD_BOUND}); "
+        f"node CPU {peak.cpu:.1f}s"
     )
     assert peak.rss - node.rss <= RSS_BOUND
     assert peak.fds - node.fds <= FD_BOUND
-    assert during <= 2 * node.quiet_p50, (during, node.quiet_p50)
+    floor = node.quiet_p50 if baseline == "quiet" else node.busy_p50
+    assert during <= 2 * floor, (during, baseline, floor)
     assert (
         node.http.post(f"/v1/sandboxes/{node.victim}/exec", json={"cmd": "echo ok"}).json()[
             "stdout"
@@ -276,9 +317,12 @@ def _exit_of(log: Path) -> dict[str, Any] | None:
 
 #: Runs in the attacker's guest: kills the agent, takes its virtio port, then
 #: answers the host like an agent would (handshake, pings) until asked for a
-#: file, which it "sends" by flooding DATA frames without ever waiting for credit.
+#: file, which it "sends" by flooding DATA frames without ever waiting for credit;
+#: once the host stops reading for 2 s it exits. It first binds a stub over the
+#: agent's launcher, so the guest's init does not keep restarting the real agent
+#: (a CPU loop in the attacker's own VM, which is the cgroup limits' business).
 HOSTILE_AGENT = r"""
-import os, sys, time
+import os, subprocess, sys, time
 sys.path.insert(0, "/run/space/py")
 from space.guest.protocol import MAX_PAYLOAD, FrameDecoder, FrameType, encode, encode_json
 from space.guest.link import find_port
@@ -295,6 +339,10 @@ def agents():
         if int(pid) != me and b"space.guest" in cmd:
             yield int(pid)
 
+# Keep the guest's init from restarting the real agent: it runs a stub instead.
+open("/tmp/agent-stub", "w").write("#!/bin/sh\nexec sleep 3600\n")
+os.chmod("/tmp/agent-stub", 0o755)
+subprocess.run(["mount", "--bind", "/tmp/agent-stub", "/run/space/bin/space-agent"], check=True)
 while True:
     for pid in agents():
         try:
@@ -311,12 +359,15 @@ while True:
 open("/tmp/hostile.ready", "w").write("on the port\n")
 
 def send(frame):
-    view = memoryview(frame)
+    view, stuck = memoryview(frame), time.time() + 2
     while view and time.time() < end:
         try:
             view = view[os.write(fd, view):]
+            stuck = time.time() + 2
         except BlockingIOError:
-            time.sleep(0.001)
+            if time.time() > stuck:
+                sys.exit("the host stopped reading: cut off")  # give the port back
+            time.sleep(0.01)
 
 decoder = FrameDecoder()
 want = frozenset({FrameType.HELLO, FrameType.PING, FrameType.REQUEST})
@@ -378,4 +429,7 @@ def test_a_guest_agent_ignoring_credit_is_cut_off(node: Node) -> None:
     assert again.status_code == 502 and "cut off" in again.json()["error"]["message"]
     pushed = int(re.search(r"sent (\d+) stream bytes", message).group(1))  # type: ignore[union-attr]
     print(f"\ncut off: {message}")  # noqa: T201 (the figures the issue asks to see)
-    report(node, "credit-ignoring agent", pushed, time.monotonic() - began, during, peak)
+    # The hostile agent is a Python process in a TCG guest: its vCPU is busy for the
+    # whole take-over, so the victim is compared with its p50 next to a busy vCPU.
+    seconds = time.monotonic() - began
+    report(node, "credit-ignoring agent", pushed, seconds, during, peak, baseline="busy")

@@ -11,7 +11,7 @@ previous session left in the pipe. After that every frame is strict; a single
 reader task routes frames to channels and never blocks on a consumer.
 
 The agent is not trusted to keep to the protocol: each channel counts what it
-holds unconsumed (see `HostChannel.take`), and an agent that sends past its
+holds unconsumed (see `HostChannel.deliver`), and an agent that sends past its
 credit window, floods a channel with frames, or sends a frame type the host
 never expects on a channel is cut off (`AgentCutOff`): the connection closes
 and every call on it fails, so the host's buffers stay bounded.
