@@ -5,15 +5,18 @@ for at most FLOOD_SECONDS — 2 GB is asked for; under TCG the guest cannot push
 that in time, so each case prints the bytes it did push — and checks, while the
 flood runs and after: the node process's RSS and open fds stay within their
 bounds, the on-disk logs within their caps, and the victim's exec p50 within
-2x of its quiet value (both printed).
+2x of its value before the flood (quiet, and next to an attacker that only
+spins its vCPU: see `report`; all printed).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
+import socket
 import statistics
 import tempfile
 import threading
@@ -32,11 +35,13 @@ pytestmark = [pytest.mark.hardening, pytest.mark.vm, pytest.mark.netns, pytest.m
 
 MIB = 1 << 20
 FLOOD_SECONDS = 40.0
+HOSTILE_SECONDS = 90.0  # the hostile agent's take-over needs a slow Python start first
 TWO_GB = 2_000_000_000
 COMMAND_LOG_CAP = 64 * MIB  # the defaults, as an operator gets them
 EXEC_CAP = 16 * MIB
 CONSOLE_CAP = 1 * MIB  # below the 4 MiB default: TCG's serial port pushes ~0.1 MiB/s
 RSS_BOUND = 256 * MIB  # growth of the node process over its quiet RSS
+NODE_CPU_SHARE = 0.5  # of one core, at most, for the node process during a flood
 FD_BOUND = 64  # growth of its open fds
 P50_RUNS = 15
 
@@ -47,8 +52,6 @@ class Node:
     http: httpx.Client
     attacker: str
     victim: str
-    quiet_p50: float
-    busy_p50: float  # while the attacker only burns its vCPU (no output at all)
     rss: int
     fds: int
 
@@ -125,13 +128,9 @@ def node() -> Iterator[Node]:
         with server.client() as http:
             attacker, victim = server.create(http), server.create(http)
             exec_p50(http, victim)  # warm up
-            quiet = exec_p50(http, victim)
-            busy = busy_neighbour_p50(http, attacker, victim)
             proc = server._proc
             assert proc is not None
-            yield Node(
-                server, http, attacker, victim, quiet, busy, rss_of(proc.pid), fds_of(proc.pid)
-            )
+            yield Node(server, http, attacker, victim, rss_of(proc.pid), fds_of(proc.pid))
     finally:
         leaks = server.close()
     assert not leaks, leaks
@@ -150,8 +149,25 @@ def busy_neighbour_p50(http: httpx.Client, attacker: str, victim: str) -> float:
         http.post(f"{url}/{spin.json()['id']}/signal", json={"signal": "KILL"})
 
 
-def under_flood(node: Node, flood: Callable[[], Any]) -> tuple[Any, float, Peak]:
-    """Run `flood` in a thread; meanwhile the victim's exec p50 and the node's peaks."""
+@dataclass
+class Measured:
+    """The victim's exec p50 just before a flood, with the attacker idle (`quiet`)
+    and with it only spinning its vCPU (`busy`), and under the flood; the node's
+    peaks meanwhile."""
+
+    value: Any
+    quiet: float
+    busy: float
+    during: float
+    peak: Peak
+    seconds: float  # how long the flood ran
+
+
+def under_flood(node: Node, flood: Callable[[], Any]) -> Measured:
+    """Measure the victim's quiet and busy-neighbour p50, then run `flood` in a
+    thread and measure it again meanwhile."""
+    quiet = exec_p50(node.http, node.victim)
+    busy = busy_neighbour_p50(node.http, node.attacker, node.victim)
     outcome: dict[str, Any] = {}
 
     def run() -> None:
@@ -162,87 +178,80 @@ def under_flood(node: Node, flood: Callable[[], Any]) -> tuple[Any, float, Peak]
 
     with Peak(node.pid) as peak:
         thread = threading.Thread(target=run, daemon=True)
+        began = time.monotonic()
         thread.start()
         time.sleep(3)  # let the flood get going before measuring under it
         during = exec_p50(node.http, node.victim)
-        thread.join(timeout=FLOOD_SECONDS + 120)
+        thread.join(timeout=HOSTILE_SECONDS + 60)
         assert not thread.is_alive(), "the flood did not end in time"
+        seconds = time.monotonic() - began
     if "error" in outcome:
         raise outcome["error"]
-    return outcome["value"], during, peak
+    return Measured(outcome["value"], quiet, busy, during, peak, seconds)
 
 
-def report(
-    node: Node,
-    name: str,
-    pushed: int,
-    seconds: float,
-    during: float,
-    peak: Peak,
-    *,
-    baseline: str = "quiet",
-) -> None:
-    """Print the figures and check the bounds; `baseline="busy"` compares the
-    victim's p50 with its value next to a CPU-bound attacker instead of a quiet one."""
+def report(node: Node, name: str, pushed: int, m: Measured) -> None:
+    """Print the figures and check the bounds.
+
+    The victim's p50 under the flood must stay within 2x of its value next to an
+    attacker that only spins its vCPU, or of its quiet value if that is higher:
+    under TCG a guest's vCPU is a host thread, and with two shared cores any busy
+    neighbour slows the victim until per-VM CPU limits exist; what the flood adds
+    on top of that is the node's doing.
+    """
+    peak, seconds = m.peak, m.seconds
     print(  # noqa: T201 (the figures the issue asks to see)
         f"\n{name}: pushed {pushed / MIB:.0f} MiB in {seconds:.0f}s "
         f"({pushed / MIB / max(seconds, 0.1):.1f} MiB/s) of {TWO_GB / MIB:.0f} MiB asked; "
-        f"victim exec p50 quiet {node.quiet_p50 * 1000:.0f} ms, next to a CPU-bound attacker "
-        f"{node.busy_p50 * 1000:.0f} ms, during {during * 1000:.0f} ms; "
+        f"victim exec p50 quiet {m.quiet * 1000:.0f} ms, next to a spinning attacker "
+        f"{m.busy * 1000:.0f} ms, during {m.during * 1000:.0f} ms "
+        f"({m.during / m.quiet:.1f}x quiet); "
         f"node RSS {node.rss / MIB:.0f} -> peak {peak.rss / MIB:.0f} MiB "
         f"(bound +{RSS_BOUND / MIB:.0f}), fds {node.fds} -> peak {peak.fds} (bound +{FD_BOUND}); "
         f"node CPU {peak.cpu:.1f}s"
     )
     assert peak.rss - node.rss <= RSS_BOUND
     assert peak.fds - node.fds <= FD_BOUND
-    floor = node.quiet_p50 if baseline == "quiet" else node.busy_p50
-    assert during <= 2 * floor, (during, baseline, floor)
-    assert (
-        node.http.post(f"/v1/sandboxes/{node.victim}/exec", json={"cmd": "echo ok"}).json()[
-            "stdout"
-        ]
-        == "ok\n"
-    )
+    assert peak.cpu <= NODE_CPU_SHARE * seconds, (peak.cpu, seconds)
+    assert m.during <= 2 * max(m.quiet, m.busy), (m.during, m.quiet, m.busy)
+    echo = node.http.post(f"/v1/sandboxes/{node.victim}/exec", json={"cmd": "echo ok"})
+    assert echo.json()["stdout"] == "ok\n"
 
 
 def test_stdout_flood_of_a_command(node: Node) -> None:
     http, sandbox = node.http, node.attacker
-    created = http.post(
-        f"/v1/sandboxes/{sandbox}/commands", json={"cmd": f"head -c {TWO_GB} /dev/zero"}
-    )
-    assert created.status_code == 201, created.text
-    log = node.server.data_dir / "commands" / sandbox / f"{created.json()['id']}.jsonl"
-    url = f"/v1/sandboxes/{sandbox}/commands/{created.json()['id']}"
-    began = time.monotonic()
+    commands = f"/v1/sandboxes/{sandbox}/commands"
 
-    def flood() -> dict[str, Any]:
-        deadline = began + FLOOD_SECONDS
+    def flood() -> tuple[str, dict[str, Any]]:
+        created = http.post(commands, json={"cmd": f"head -c {TWO_GB} /dev/zero"})
+        assert created.status_code == 201, created.text
+        cid = created.json()["id"]
+        log = node.server.data_dir / "commands" / sandbox / f"{cid}.jsonl"
+        deadline = time.monotonic() + FLOOD_SECONDS
         while (exit_record := _exit_of(log)) is None:
             assert log.stat().st_size <= COMMAND_LOG_CAP
             if time.monotonic() > deadline:
-                http.post(f"{url}/signal", json={"signal": "KILL"})
+                http.post(f"{commands}/{cid}/signal", json={"signal": "KILL"})
                 deadline = float("inf")
             time.sleep(0.5)
-        return exit_record
+        return cid, exit_record
 
-    exit_record, during, peak = under_flood(node, flood)
-    seconds = time.monotonic() - began
+    m = under_flood(node, flood)
+    cid, exit_record = m.value
+    log = node.server.data_dir / "commands" / sandbox / f"{cid}.jsonl"
     assert log.stat().st_size <= COMMAND_LOG_CAP
     kept = sum(len(base64.b64decode(r["data"]["data"])) for r in _records(log)[:-1])
     dropped = exit_record["data"]["dropped_bytes"]
     # The client sees the mark too: the exit event, replayed after the last output.
-    with http.stream(
-        "GET", f"{url}/events", headers={"Last-Event-ID": str(exit_record["id"] - 1)}
-    ) as stream:
+    replay = {"Last-Event-ID": str(exit_record["id"] - 1)}
+    with http.stream("GET", f"{commands}/{cid}/events", headers=replay) as stream:
         body = "".join(stream.iter_text())
     assert f'"dropped_bytes":{dropped}' in body
-    report(node, "command stdout flood", kept + dropped, seconds, during, peak)
+    report(node, "command stdout flood", kept + dropped, m)
     assert kept > COMMAND_LOG_CAP // 2 and dropped > 0
 
 
 def test_stdout_flood_of_an_exec(node: Node) -> None:
-    began = time.monotonic()
-
     def flood() -> dict[str, Any]:
         body = {"cmd": f"yes | head -c {TWO_GB}", "timeout": FLOOD_SECONDS}
         response = node.http.post(f"/v1/sandboxes/{node.attacker}/exec", json=body)
@@ -250,17 +259,10 @@ def test_stdout_flood_of_an_exec(node: Node) -> None:
         result: dict[str, Any] = response.json()
         return result
 
-    result, during, peak = under_flood(node, flood)
-    kept = len(result["stdout"])
-    assert kept == EXEC_CAP and result["stdout_dropped"] > 0
-    report(
-        node,
-        "exec stdout flood",
-        kept + result["stdout_dropped"],
-        time.monotonic() - began,
-        during,
-        peak,
-    )
+    m = under_flood(node, flood)
+    kept, dropped = len(m.value["stdout"]), m.value["stdout_dropped"]
+    assert kept == EXEC_CAP and dropped > 0
+    report(node, "exec stdout flood", kept + dropped, m)
 
 
 #: Runs in the attacker's guest: writes to the serial console for argv[1] seconds,
@@ -278,7 +280,6 @@ print(sent)
 def test_serial_console_flood(node: Node) -> None:
     http, files = node.http, f"/v1/sandboxes/{node.attacker}/files"
     assert http.put(files, params={"path": "/tmp/console.py"}, content=CONSOLE_FLOOD).is_success
-    began = time.monotonic()
 
     def flood() -> int:
         body = {"args": ["python3", "/tmp/console.py", str(FLOOD_SECONDS)]}
@@ -287,7 +288,7 @@ def test_serial_console_flood(node: Node) -> None:
         assert response.json()["exit_code"] == 0, response.json()
         return int(response.json()["stdout"])
 
-    pushed, during, peak = under_flood(node, flood)
+    m = under_flood(node, flood)
     logs = list(node.server.run_dir.glob("*/console.log"))
     assert len(logs) == 2  # attacker and victim
     for console in logs:
@@ -297,8 +298,8 @@ def test_serial_console_flood(node: Node) -> None:
     flooded = [c for c in logs if b"console-flood-line" in c.read_bytes()]
     assert len(flooded) == 1  # only the attacker's, and it was rotated: newest output kept
     assert flooded[0].read_bytes().startswith(b"[space: console log rotated; ")
-    report(node, "serial console flood", pushed, time.monotonic() - began, during, peak)
-    assert pushed > CONSOLE_CAP
+    report(node, "serial console flood", m.value, m)
+    assert m.value > CONSOLE_CAP
 
 
 def _records(log: Path) -> list[dict[str, Any]]:
@@ -397,39 +398,57 @@ while time.time() < end:
 
 
 def test_a_guest_agent_ignoring_credit_is_cut_off(node: Node) -> None:
-    """Last in this module: it leaves the attacker's agent dead."""
+    """Last in this module: it leaves the attacker's agent cut off."""
     http, files = node.http, f"/v1/sandboxes/{node.attacker}/files"
     assert http.put(files, params={"path": "/tmp/hostile.py"}, content=HOSTILE_AGENT).is_success
-    argv = ["/run/space/bin/python3", "/tmp/hostile.py", str(FLOOD_SECONDS)]
-    started = http.post(f"/v1/sandboxes/{node.attacker}/commands", json={"args": argv})
-    assert started.status_code == 201, started.text
-    began = time.monotonic()
 
     def flood() -> str:
-        """Ask for a file until the hostile agent answers (it floods), and read none of it."""
-        deadline = began + FLOOD_SECONDS
-        while time.monotonic() < deadline:
-            with http.stream("GET", files, params={"path": "/tmp/hostile.ready"}) as response:
-                if response.status_code != 200:
-                    time.sleep(0.2)  # still the real agent (404), or the port changing hands
-                    continue
-                # Hold the body unread: the host must not buffer what the guest pushes.
-                end = time.monotonic() + FLOOD_SECONDS
-                while time.monotonic() < end:
-                    cut = http.post(f"/v1/sandboxes/{node.attacker}/exec", json={"cmd": "true"})
-                    if cut.status_code == 502:
-                        return str(cut.json()["error"]["message"])
-                    time.sleep(0.5)
+        argv = ["/run/space/bin/python3", "/tmp/hostile.py", str(HOSTILE_SECONDS)]
+        started = http.post(f"/v1/sandboxes/{node.attacker}/commands", json={"args": argv})
+        assert started.status_code == 201, started.text
+        deadline = time.monotonic() + HOSTILE_SECONDS
+        with held_download(node, "/tmp/hostile.ready", deadline):
+            while time.monotonic() < deadline:
+                cut = http.post(f"/v1/sandboxes/{node.attacker}/exec", json={"cmd": "true"})
+                if cut.status_code == 502:
+                    return str(cut.json()["error"]["message"])
+                time.sleep(0.5)
         raise AssertionError("the hostile agent was never cut off")
 
-    message, during, peak = under_flood(node, flood)
+    m = under_flood(node, flood)
+    message = m.value
     assert "cut off" in message and "without credit" in message, message
     # Only the attacker: its calls keep failing with that error, the victim's work.
     again = http.post(f"/v1/sandboxes/{node.attacker}/exec", json={"cmd": "true"})
     assert again.status_code == 502 and "cut off" in again.json()["error"]["message"]
-    pushed = int(re.search(r"sent (\d+) stream bytes", message).group(1))  # type: ignore[union-attr]
+    held = int(re.search(r"sent (\d+) stream bytes", message).group(1))  # type: ignore[union-attr]
     print(f"\ncut off: {message}")  # noqa: T201 (the figures the issue asks to see)
-    # The hostile agent is a Python process in a TCG guest: its vCPU is busy for the
-    # whole take-over, so the victim is compared with its p50 next to a busy vCPU.
-    seconds = time.monotonic() - began
-    report(node, "credit-ignoring agent", pushed, seconds, during, peak, baseline="busy")
+    report(node, "credit-ignoring agent (bytes held unread)", held, m)
+
+
+@contextlib.contextmanager
+def held_download(node: Node, path: str, deadline: float) -> Iterator[None]:
+    """GET a file until it answers 200 (the hostile agent is on the port and
+    floods), then hold the response unread on a socket with a tiny receive buffer,
+    so the node cannot pass on what the guest pushes and must not buffer it."""
+    target = f"/v1/sandboxes/{node.attacker}/files?path={path}"
+    request = (
+        f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Authorization: Bearer {node.server.key}\r\n\r\n"
+    ).encode()
+    while time.monotonic() < deadline:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(60)
+        sock.connect(("127.0.0.1", node.server.port))
+        sock.sendall(request)
+        status = sock.recv(64)
+        if status.startswith(b"HTTP/1.1 200"):
+            try:
+                yield
+            finally:
+                sock.close()
+            return
+        sock.close()
+        time.sleep(0.2)  # still the real agent (404), or the port changing hands
+    raise AssertionError("the hostile agent never answered")
