@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.hardening, pytest.mark.vm, pytest.mark.netns, pytest.m
 
 MIB = 1 << 20
 FLOOD_SECONDS = 40.0
-HOSTILE_SECONDS = 90.0  # the hostile agent's take-over needs a slow Python start first
+HOSTILE_SECONDS = 120.0  # the hostile agent's take-over needs a slow Python start first
 TWO_GB = 2_000_000_000
 COMMAND_LOG_CAP = 64 * MIB  # the defaults, as an operator gets them
 EXEC_CAP = 16 * MIB
@@ -330,6 +330,10 @@ from space.guest.link import find_port
 
 end = time.time() + float(sys.argv[1])
 port, me = str(find_port()), os.getpid()
+console = open("/dev/ttyS0", "w", buffering=1)  # progress, readable in the host's console.log
+
+def say(what):
+    console.write(f"hostile agent: {what}\n")
 
 def agents():
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -358,6 +362,7 @@ while True:
             raise
         time.sleep(0.005)
 open("/tmp/hostile.ready", "w").write("on the port\n")
+say("on the port")
 
 def send(frame):
     view, stuck = memoryview(frame), time.time() + 2
@@ -367,7 +372,8 @@ def send(frame):
             stuck = time.time() + 2
         except BlockingIOError:
             if time.time() > stuck:
-                sys.exit("the host stopped reading: cut off")  # give the port back
+                say("the host stopped reading: cut off")
+                sys.exit(0)  # give the port back
             time.sleep(0.01)
 
 decoder = FrameDecoder()
@@ -389,9 +395,11 @@ while time.time() < end:
             ack = {"nonce": frame.json()["nonce"], "generation": 1, "agent": {"generations": [1]}}
             send(encode_json(FrameType.HELLO_ACK, 0, ack))
         elif frame.json().get("op") == "read_file":
+            say("asked for a file: flooding")
             while time.time() < end:
                 send(encode(FrameType.DATA, frame.channel, flood))
         else:
+            say(f"asked for {frame.json().get('op')}")
             error = {"error": {"code": "busy", "message": "hostile agent"}}
             send(encode_json(FrameType.REPLY, frame.channel, error))
 """
@@ -451,4 +459,5 @@ def held_download(node: Node, path: str, deadline: float) -> Iterator[None]:
             return
         sock.close()
         time.sleep(0.2)  # still the real agent (404), or the port changing hands
-    raise AssertionError("the hostile agent never answered")
+    consoles = [c.read_bytes()[-2000:] for c in node.server.run_dir.glob("*/console.log")]
+    raise AssertionError(f"the hostile agent never answered; consoles end with {consoles}")
