@@ -7,6 +7,11 @@ connects and appends what it reads to `console.log` until that holds half the
 cap; then the file becomes `console.log.1` (replacing the older half) and a
 fresh `console.log` starts with a line saying how many bytes were dropped so
 far. So at most `limit` bytes are on disk, and they are the newest output.
+
+The UART hands QEMU a byte at a time, so the reader pauses `_BATCH_INTERVAL`
+after each read and lets output gather in the socket: a console flood costs the
+node a bounded number of reads a second instead of one per few bytes (and the
+guest's serial port waits when the socket is full).
 """
 
 from __future__ import annotations
@@ -14,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 _READ_SIZE = 64 << 10
 _RETRY_INTERVAL = 0.05
+_BATCH_INTERVAL = 0.005
 
 
 class ConsoleLog:
@@ -63,27 +70,37 @@ async def follow_console(
 ) -> None:
     """Copy the console into a `ConsoleLog` until QEMU closes it."""
     try:
-        reader, writer = await _connect(socket_path, connect_timeout)
+        sock = await _connect(socket_path, connect_timeout)
     except (TimeoutError, OSError) as exc:
         log.warning("console %s: not readable (%r); its output is dropped", socket_path, exc)
         return
+    loop = asyncio.get_running_loop()
     console = ConsoleLog(log_path, limit)
     try:
-        while data := await reader.read(_READ_SIZE):
+        # sock_recv watches the socket only while it waits, so the pause between
+        # reads really lets output gather (a stream reader would keep reading).
+        while data := await loop.sock_recv(sock, _READ_SIZE):
             console.write(data)
+            await asyncio.sleep(_BATCH_INTERVAL)
     except (ConnectionError, OSError) as exc:
         log.info("console %s: %s", socket_path, exc)
     finally:
         console.close()
-        writer.close()
+        sock.close()
 
 
-async def _connect(
-    socket_path: Path, timeout: float
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def _connect(path: Path, timeout: float) -> socket.socket:
+    loop = asyncio.get_running_loop()
     async with asyncio.timeout(timeout):
         while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.setblocking(False)
             try:
-                return await asyncio.open_unix_connection(socket_path)
+                await loop.sock_connect(sock, str(path))
+                return sock
             except (FileNotFoundError, ConnectionRefusedError):
+                sock.close()
                 await asyncio.sleep(_RETRY_INTERVAL)
+            except BaseException:
+                sock.close()
+                raise
