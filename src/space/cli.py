@@ -160,6 +160,7 @@ def _local_node(settings: Settings) -> LocalNode:
             io_bps_per_vcpu=vmm.io_bps_per_vcpu,
             io_iops_per_vcpu=vmm.io_iops_per_vcpu,
         ),
+        console_log_bytes=settings.output.console_log_bytes,
     )
 
 

@@ -21,6 +21,7 @@ from space.gateway.policy import PolicyError
 Accel = Literal["auto", "kvm", "tcg"]
 
 GIB = 1024**3
+MIB = 1024**2
 
 
 class ServerConfig(BaseSettings):
@@ -236,6 +237,19 @@ class VmmConfig(BaseSettings):
     io_iops_per_vcpu: int = Field(default=4000, gt=0)
 
 
+class OutputLimitsConfig(BaseSettings):
+    """Caps on what a sandbox's output may cost the host (`SPACE_LIMITS_*`, bytes):
+    each command's log (`command_log_bytes`), the VM serial console log
+    (`console_log_bytes`, the newest output kept), and each stream of one
+    `exec` response (`exec_output_bytes`). Output past a cap is dropped and counted."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_LIMITS_", extra="ignore")
+
+    command_log_bytes: int = Field(default=64 * MIB, ge=4096)
+    console_log_bytes: int = Field(default=4 * MIB, ge=4096)
+    exec_output_bytes: int = Field(default=16 * MIB, ge=1)
+
+
 class Settings(BaseSettings):
     """Everything one SPACE process needs."""
 
@@ -256,6 +270,8 @@ class Settings(BaseSettings):
     egress: EgressConfig = Field(default_factory=EgressConfig)
     keys: KeysConfig = Field(default_factory=KeysConfig)
     quotas: QuotaConfig = Field(default_factory=QuotaConfig)
+    vmm: VmmConfig = Field(default_factory=VmmConfig)
+    output: OutputLimitsConfig = Field(default_factory=OutputLimitsConfig)
 
     @field_validator("bootstrap_key")
     @classmethod
@@ -266,7 +282,6 @@ class Settings(BaseSettings):
                 f"(got {len(value)}); generate one with `openssl rand -hex 24`"
             )
         return value
-    vmm: VmmConfig = Field(default_factory=VmmConfig)
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

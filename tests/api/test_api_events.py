@@ -150,3 +150,13 @@ def test_unknown_command_and_bad_last_event_id(http: httpx.Client, sandbox: str)
     bad = http.get(f"/v1/sandboxes/{sandbox}/commands/{cid}/events", headers={"Last-Event-ID": "x"})
     assert bad.status_code == 400
     assert bad.json()["error"]["field"] == "Last-Event-ID"
+
+
+def test_an_exit_under_the_log_cap_has_no_dropped_field(http: httpx.Client, sandbox: str) -> None:
+    got = stream(http, sandbox, start(http, sandbox, "emit 2"))
+    assert got[-1].event == "exit" and got[-1].data == {"exit_code": 0}
+
+
+def test_exec_under_the_cap_keeps_the_plain_contract(http: httpx.Client, sandbox: str) -> None:
+    body = http.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": "echo hi"}).json()
+    assert body == {"exit_code": 0, "stdout": "hi\n", "stderr": ""}

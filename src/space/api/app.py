@@ -106,4 +106,5 @@ def _hub(settings: Settings, db: Database, node: NodeClient | None) -> CommandHu
         log_dir=settings.commands_dir,
         keepalive=settings.server.sse_keepalive_seconds,
         call_timeout=settings.timeouts.node_call,
+        log_limit=settings.output.command_log_bytes,
     )

@@ -1,9 +1,14 @@
-"""The host-side output log of one command: append-only JSON lines on disk.
+"""The host-side output log of one command: append-only JSON lines on disk, capped.
 
 Every event a command produces is appended as `{"id": n, "event": kind, "data": {...}}`
 with ids 1, 2, 3, ... before any reader sees it; readers (SSE streams) only ever
 read the file. So a reader that re-attaches with `Last-Event-ID: n` replays
 exactly the records after `n`, and any number of readers see identical streams.
+
+A log holds at most `limit` bytes. Output that would pass it (less room kept
+for the closing record) is dropped and counted, and the `exit` record then
+carries `"dropped_bytes": n` — the only mark, so clients that know only
+`stdout`/`stderr`/`exit` keep working. Readers hold one line at a time.
 """
 
 from __future__ import annotations
@@ -11,12 +16,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from space.node.client import ProcessEvent
+
+#: Room always kept for the `exit` record, however full the log is.
+EXIT_RESERVE = 256
 
 
 @dataclass(frozen=True)
@@ -26,29 +34,42 @@ class Record:
     data: dict[str, Any]
 
 
-def to_record(seq: int, event: ProcessEvent) -> Record:
+def to_record(seq: int, event: ProcessEvent, dropped: int = 0) -> Record:
     if event.kind == "exit":
-        return Record(seq, "exit", {"exit_code": event.exit_code})
+        data: dict[str, Any] = {"exit_code": event.exit_code}
+        if dropped:
+            data["dropped_bytes"] = dropped
+        return Record(seq, "exit", data)
     return Record(seq, event.kind, {"data": base64.b64encode(event.data).decode()})
 
 
 class LogWriter:
-    """Appends records and wakes readers; `close` marks the log complete."""
+    """Appends records (up to `limit` bytes on disk) and wakes readers; `close`
+    marks the log complete."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, limit: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._file: IO[bytes] = path.open("ab")
+        self._limit = max(limit, EXIT_RESERVE)
+        self._size = self._file.tell()
         self._seq = 0
         self._changed = asyncio.Event()
         self.closed = False
+        self.dropped = 0  # output bytes (decoded) that did not fit
 
-    def append(self, event: ProcessEvent) -> Record:
-        self._seq += 1
-        record = to_record(self._seq, event)
+    def append(self, event: ProcessEvent) -> Record | None:
+        """Write the event's record; None if it was output past the limit."""
+        record = to_record(self._seq + 1, event, self.dropped)
         line = json.dumps({"id": record.id, "event": record.event, "data": record.data})
-        self._file.write(line.encode() + b"\n")
+        raw = line.encode() + b"\n"
+        if event.kind != "exit" and self._size + len(raw) > self._limit - EXIT_RESERVE:
+            self.dropped += len(event.data)
+            return None
+        self._seq += 1
+        self._file.write(raw)
         self._file.flush()
+        self._size += len(raw)
         self._wake()
         return record
 
@@ -92,13 +113,12 @@ async def follow(
                 yield None
 
 
-def _read_complete(file: IO[bytes]) -> list[Record]:
-    """Whole lines from the current position; a partial last line is left unread."""
-    records: list[Record] = []
+def _read_complete(file: IO[bytes]) -> Iterator[Record]:
+    """Whole lines from the current position, one at a time; a partial last line
+    is left unread."""
     while line := file.readline():
         if not line.endswith(b"\n"):
             file.seek(-len(line), 1)
-            break
+            return
         raw = json.loads(line)
-        records.append(Record(raw["id"], raw["event"], raw["data"]))
-    return records
+        yield Record(raw["id"], raw["event"], raw["data"])

@@ -2,7 +2,9 @@
 
 `start` asks the node for a process, records a `commands` row and spawns a pump
 that appends every event to the command's log (see `eventlog`). Readers follow
-the log, so streams survive client disconnects and can be replayed.
+the log, so streams survive client disconnects and can be replayed. Each log
+holds at most `log_limit` bytes; the pump keeps draining past it (the command
+runs on, its further output dropped and counted on the `exit` record).
 """
 
 from __future__ import annotations
@@ -48,12 +50,14 @@ class CommandHub:
         log_dir: Path,
         keepalive: float,
         call_timeout: float,
+        log_limit: int,
     ) -> None:
         self._db = db
         self._node = node
         self._log_dir = log_dir
         self._keepalive = keepalive
         self._call_timeout = call_timeout
+        self._log_limit = log_limit
         self._live: dict[str, _Live] = {}
         self._tasks = TaskSet()
 
@@ -82,7 +86,7 @@ class CommandHub:
             with self._db.session() as session:
                 CommandRepo(session).finish(command_id, None)
             raise
-        writer = LogWriter(self.log_path(sandbox_id, command_id))
+        writer = LogWriter(self.log_path(sandbox_id, command_id), self._log_limit)
         self._live[command_id] = _Live(handle, writer)
         self._tasks.spawn(self._pump(command_id), f"command-pump-{command_id}")
         return command_id

@@ -127,6 +127,12 @@ class ExecOut(BaseModel):
     exit_code: int
     stdout: str
     stderr: str
+    stdout_dropped: int = Field(
+        default=0, description="stdout bytes past SPACE_LIMITS_EXEC_OUTPUT_BYTES (absent: none)"
+    )
+    stderr_dropped: int = Field(
+        default=0, description="stderr bytes past SPACE_LIMITS_EXEC_OUTPUT_BYTES (absent: none)"
+    )
 
 
 class CommandCreated(BaseModel):

@@ -60,13 +60,19 @@ class ExecRequest:
     stdin: bytes | None = None
     timeout: float | None = None
     pty: tuple[int, int] | None = None  # (rows, cols) for an interactive terminal
+    output_limit: int | None = None  # exec: bytes kept per stream (None: the node's default)
 
 
 @dataclass(frozen=True)
 class ExecResult:
+    """A finished command's output, each stream cut at the node's exec limit;
+    `*_dropped` counts the bytes past it."""
+
     exit_code: int
     stdout: bytes
     stderr: bytes
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
 
 
 @dataclass(frozen=True)

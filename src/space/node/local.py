@@ -84,8 +84,10 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         warm_pools: dict[str, int] | None = None,
         egress: EgressConfig | None = None,
         jail: JailConfig | None = None,
+        console_log_bytes: int = 4 << 20,
     ) -> None:
         self.data_dir = data_dir
+        self._console_log_bytes = console_log_bytes
         self.cache_dir = cache_dir
         self.run_dir = run_dir
         self._accel = accel
@@ -228,7 +230,13 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
 
     async def pause_sandbox(self, sandbox_id: str) -> None:
         sandbox = self._running(sandbox_id)
-        await self._ready_driver().pause(_vm(sandbox))
+        agent = self._agent(sandbox_id)
+        agent.hold_keepalive()  # a paused guest cannot answer pings
+        try:
+            await self._ready_driver().pause(_vm(sandbox))
+        except BaseException:
+            agent.release_keepalive()
+            raise
         self._save(sandbox, sandbox.record.with_power(paused=True))
         sandbox.state = "paused"
 
@@ -241,7 +249,11 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         if sandbox.agent is None:  # adopted while paused by a restarted node
             await sandbox.connect_agent()
             await self._rejoin_gateway(sandbox)
-        sandbox.state = "running"
+            sandbox.state = "running"
+        else:
+            sandbox.agent.release_keepalive()
+            sandbox.state = "running"
+            await sandbox.agent.health()  # re-makes the connection if it died meanwhile
 
     async def suspend_sandbox(self, sandbox_id: str) -> None:
         """Snapshot memory, devices and disk (sealed, fsynced), then end the VM."""
@@ -357,6 +369,7 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
             memory_mib=record.memory_mib,
             vcpus=record.vcpus,
             network=NetworkAttachment(network.netns, network.tap, network.guest_mac),
+            console_log_bytes=self._console_log_bytes,
         )
 
     async def _teardown(self, slot: str, sandbox: Sandbox | None) -> None:

@@ -12,6 +12,7 @@ from space.node.agent import AgentClient
 from space.node.client import ObservedState, SandboxObservation
 from space.node.records import SandboxRecord
 from space.node.vmm.base import VmHandle
+from space.node.vmm.console import follow_console
 from space.tasks import spawn
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ class Sandbox:
     reason: str | None = None
     stopping: bool = False
     _watcher: asyncio.Task[None] | None = field(default=None, repr=False)
+    _console: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @property
     def sandbox_id(self) -> str:
@@ -37,10 +39,16 @@ class Sandbox:
         return SandboxObservation(self.sandbox_id, self.state, self.record.template, self.reason)
 
     def watch(self, vm: VmHandle) -> None:
-        """Notice the VMM ending on its own (crash, kill, guest power-off)."""
+        """Notice the VMM ending on its own (crash, kill, guest power-off), and keep
+        its serial console in a capped log."""
         self.vm = vm
         self.stopping = False
         self._watcher = spawn(self._watch_vm(vm), name=f"watch-vm-{self.sandbox_id}")
+        config = vm.config
+        self._console = spawn(
+            follow_console(config.console_socket, config.console_log, config.console_log_bytes),
+            name=f"console-{self.sandbox_id or self.record.slot}",
+        )
 
     async def _watch_vm(self, vm: VmHandle) -> None:
         status = await vm.wait()
@@ -67,8 +75,9 @@ class Sandbox:
 
     async def close(self) -> None:
         self.stopping = True
-        if self._watcher is not None:
-            self._watcher.cancel()
+        for task in (self._watcher, self._console):
+            if task is not None:
+                task.cancel()
         if self.agent is not None:
             await self.agent.close()
             self.agent = None

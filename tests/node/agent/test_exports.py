@@ -8,6 +8,7 @@ from space.node.client import CommandHandle
 def test_public_names_are_pinned() -> None:
     assert sorted(space.node.agent.__all__) == [
         "AgentClient",
+        "AgentCutOff",
         "AgentError",
         "AgentOperationError",
         "AgentProcess",

@@ -4,7 +4,8 @@ The API process keeps one handle per process (`(sandbox, pid)`) and a pump that
 fans its events out to the streams following it (`Start`, any `Connect`). A
 stream that goes away leaves the process running, as envd does; input, signals
 and resizes go through the kept handle. A follower that cannot keep up is cut
-off (its queue is bounded) rather than making the pump buffer without limit.
+off (its queue is bounded, in events and in output bytes: an agent may send
+frames of up to 1 MiB) rather than making the pump buffer without limit.
 """
 
 from __future__ import annotations
@@ -20,8 +21,26 @@ from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
-#: What a follower's queue carries: an event, or None when it was cut off.
-Follow = asyncio.Queue[ProcessEvent | None]
+#: Output bytes one follower may have queued before it is cut off.
+FOLLOW_BYTES = 16 << 20
+
+
+class Follow(asyncio.Queue[ProcessEvent | None]):
+    """What a follower's queue carries: an event, or None when it was cut off;
+    `bytes` counts the output it holds."""
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__(maxsize)
+        self.bytes = 0
+
+    def _put(self, item: ProcessEvent | None) -> None:
+        super()._put(item)
+        self.bytes += len(item.data) if item is not None else 0
+
+    def _get(self) -> ProcessEvent | None:
+        item = super()._get()
+        self.bytes -= len(item.data) if item is not None else 0
+        return item
 
 
 @dataclass
@@ -120,7 +139,7 @@ class ProcessRegistry:
         return follow
 
     def _follow(self, live: LiveProcess) -> Follow:
-        follow: Follow = asyncio.Queue(self._queue_size + 1)  # +1: room for the cut-off mark
+        follow = Follow(self._queue_size + 1)  # +1: room for the cut-off mark
         live.followers.add(follow)
         return follow
 
@@ -133,7 +152,7 @@ class ProcessRegistry:
         try:
             async for event in live.handle.events():
                 for follow in list(live.followers):
-                    if follow.qsize() >= self._queue_size:
+                    if follow.qsize() >= self._queue_size or follow.bytes >= FOLLOW_BYTES:
                         live.followers.discard(follow)
                         follow.put_nowait(None)
                     else:

@@ -53,11 +53,18 @@ def to_request(body: ExecBody, max_timeout: float) -> ExecRequest:
     )
 
 
-@router.post("/exec")
+@router.post("/exec", response_model_exclude_defaults=True)
 async def exec_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) -> ExecOut:
-    """Run a command to completion and return its output."""
+    """Run a command to completion and return its output: at most
+    SPACE_LIMITS_EXEC_OUTPUT_BYTES of each stream; `stdout_dropped` /
+    `stderr_dropped` (present only when non-zero) count the bytes past that."""
     timeout = body.timeout or state.settings.timeouts.exec
-    request = replace(to_request(body, state.settings.limits.exec_timeout), timeout=timeout)
+    limit_bytes = state.settings.output.exec_output_bytes
+    request = replace(
+        to_request(body, state.settings.limits.exec_timeout),
+        timeout=timeout,
+        output_limit=limit_bytes,
+    )
     await require_running(state, sandbox)
     limit = timeout + EXEC_GRACE_SECONDS
     slot = reserve_command(state.db, state.settings.quotas, sandbox.org_id, sandbox.id, _argv(body))
@@ -76,6 +83,8 @@ async def exec_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) -
         exit_code=result.exit_code,
         stdout=result.stdout.decode(errors="replace"),
         stderr=result.stderr.decode(errors="replace"),
+        stdout_dropped=result.stdout_dropped,
+        stderr_dropped=result.stderr_dropped,
     )
 
 

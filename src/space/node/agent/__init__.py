@@ -2,6 +2,7 @@
 
 from space.node.agent.client import AgentClient
 from space.node.agent.errors import (
+    AgentCutOff,
     AgentError,
     AgentOperationError,
     AgentUnavailable,
@@ -13,6 +14,7 @@ from space.node.agent.watch import Watch
 
 __all__ = [
     "AgentClient",
+    "AgentCutOff",
     "AgentError",
     "AgentOperationError",
     "AgentProcess",

@@ -1,4 +1,12 @@
-"""The host end of one channel: a frame queue in, flow-controlled frames out."""
+"""The host end of one channel: a frame queue in, flow-controlled frames out.
+
+Inbound, the queue is bounded by the protocol itself, checked here rather than
+trusted: the agent may have at most WINDOW stream bytes unacknowledged, plus
+the one frame it sent when it last still had room (`MAX_PAYLOAD`), since it
+checks for room before it sends. `deliver` reports an agent that holds more
+than that, or more than `MAX_QUEUED_FRAMES` unconsumed frames (tiny frames
+cost the host more than their payload), and the connection cuts it off.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +15,25 @@ import contextlib
 import json
 from typing import TYPE_CHECKING
 
-from space.guest.protocol import DATA_CHUNK, STREAM_TYPES, WINDOW, Frame, FrameType, encode
+from space.guest.protocol import (
+    DATA_CHUNK,
+    MAX_PAYLOAD,
+    STREAM_TYPES,
+    WINDOW,
+    Frame,
+    FrameType,
+    encode,
+)
 from space.node.agent.errors import AgentError, AgentOperationError, AgentUnavailable
 
 if TYPE_CHECKING:
     from space.node.agent.connection import Connection
+
+
+#: The most stream bytes a protocol-abiding agent can have sent and not had credited.
+MAX_UNCREDITED = WINDOW + MAX_PAYLOAD
+#: The most frames one channel queues unconsumed before its agent is cut off.
+MAX_QUEUED_FRAMES = 1 << 16
 
 
 class HostChannel:
@@ -20,6 +42,7 @@ class HostChannel:
         self._conn = conn
         self._queue: asyncio.Queue[Frame | AgentError] = asyncio.Queue()
         self._consumed = 0
+        self._uncredited = 0  # stream bytes received and not yet credited back
         self._unacked = 0
         self._credit = asyncio.Event()
         self._ended: Frame | AgentError | None = None
@@ -27,11 +50,20 @@ class HostChannel:
 
     # -- called by the connection's reader -------------------------------------------
 
-    def deliver(self, frame: Frame) -> None:
+    def deliver(self, frame: Frame) -> str | None:
+        """Queue a frame; what the agent did wrong, if this frame breaks the window."""
+        if frame.type in STREAM_TYPES:
+            self._uncredited += len(frame.payload)
+            if self._uncredited > MAX_UNCREDITED:
+                held = self._uncredited
+                return f"agent sent {held} stream bytes without credit (window {WINDOW})"
+        if self._queue.qsize() >= MAX_QUEUED_FRAMES:
+            return f"agent queued more than {MAX_QUEUED_FRAMES} unconsumed frames"
         if frame.type is FrameType.REPLY:
             self._ended = frame
             self._credit.set()
         self._queue.put_nowait(frame)
+        return None
 
     def fail(self, error: AgentError) -> None:
         self._ended = error
@@ -70,6 +102,7 @@ class HostChannel:
             self._consumed += len(item.payload)
             if self._consumed >= WINDOW // 4:
                 count, self._consumed = self._consumed, 0
+                self._uncredited -= count
                 await self._conn.send(
                     encode(FrameType.CREDIT, self.id, json.dumps({"bytes": count}).encode())
                 )

@@ -9,6 +9,15 @@ agent is still waiting to complete), and scans the
 incoming bytes for the HELLO_ACK that echoes the nonce, ignoring anything a
 previous session left in the pipe. After that every frame is strict; a single
 reader task routes frames to channels and never blocks on a consumer.
+
+The agent is not trusted to keep to the protocol: each channel counts what it
+holds unconsumed (see `HostChannel.deliver`), and an agent that sends past its
+credit window, floods a channel with frames, or sends a frame type the host
+never expects on a channel is cut off (`AgentCutOff`): the connection closes
+and every call on it fails, so the host's buffers stay bounded.
+
+The keepalive can be held (`hold_keepalive`) while the VM is paused: a guest
+whose vCPUs are stopped cannot answer a ping, and that is no reason to drop it.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from pathlib import Path
 
 from space.guest.protocol import (
     GENERATIONS,
+    STREAM_TYPES,
     Frame,
     FrameDecoder,
     FrameError,
@@ -30,7 +40,7 @@ from space.guest.protocol import (
     pad_frame,
 )
 from space.node.agent.channel import HostChannel, reply_result
-from space.node.agent.errors import AgentError, AgentUnavailable, ProtocolMismatch
+from space.node.agent.errors import AgentCutOff, AgentError, AgentUnavailable, ProtocolMismatch
 from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
@@ -38,6 +48,8 @@ _RETRY_INTERVAL = 0.05
 _HELLO_INTERVAL = 1.0
 _READ_SIZE = 256 << 10
 _WANT_ACK = frozenset({FrameType.HELLO_ACK})
+#: What an agent may send on a channel; anything else there is a protocol breach.
+_FROM_AGENT = STREAM_TYPES - {FrameType.STDIN} | {FrameType.REPLY, FrameType.CREDIT}
 
 
 class Connection:
@@ -62,6 +74,8 @@ class Connection:
         self._tasks = TaskSet("agent-connection")
         self._pong = asyncio.Event()
         self._failure: AgentError | None = None
+        self._held = 0  # > 0 while the keepalive is held (the VM is paused)
+        self._holds = 0  # holds taken so far: a ping outstanding across one is excused
 
     @classmethod
     async def open(
@@ -72,7 +86,10 @@ class Connection:
         generations: tuple[int, ...] = GENERATIONS,
         io_timeout: float = 30.0,
         keepalive: float | None = 10.0,
+        wait_for_socket: bool = True,
     ) -> Connection:
+        """`wait_for_socket=False`: one connection attempt, no retrying until the
+        socket appears (for re-connecting to an agent that was there before)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
@@ -83,7 +100,7 @@ class Connection:
                 )
                 break
             except (FileNotFoundError, ConnectionRefusedError) as exc:
-                if loop.time() >= deadline:
+                if not wait_for_socket or loop.time() >= deadline:
                     raise AgentUnavailable(f"cannot connect to {socket_path}: {exc}") from exc
                 await asyncio.sleep(_RETRY_INTERVAL)
             except (TimeoutError, OSError) as exc:
@@ -113,9 +130,24 @@ class Connection:
     def closed(self) -> bool:
         return self._failure is not None
 
+    @property
+    def failure(self) -> AgentError | None:
+        """Why the connection ended, once it has."""
+        return self._failure
+
     def check(self) -> None:
+        if isinstance(self._failure, AgentCutOff):
+            raise self._failure
         if self._failure is not None:
             raise AgentUnavailable(str(self._failure)) from self._failure
+
+    def hold_keepalive(self) -> None:
+        """Stop pinging (and excuse a ping in flight) until `release_keepalive`."""
+        self._held += 1
+        self._holds += 1
+
+    def release_keepalive(self) -> None:
+        self._held = max(0, self._held - 1)
 
     async def send(self, data: bytes) -> None:
         self.check()
@@ -193,6 +225,9 @@ class Connection:
             elif frame.type is FrameType.ERROR:
                 self._fail(AgentUnavailable(f"agent reported a protocol error: {frame.payload!r}"))
             return
+        if frame.type not in _FROM_AGENT:
+            self._fail(AgentCutOff(f"agent sent a {frame.type.name} frame on a channel; cut off"))
+            return
         channel = self._channels.get(frame.channel)
         if channel is None:
             return  # a late frame for a channel we cancelled
@@ -203,17 +238,24 @@ class Connection:
             return
         if frame.type is FrameType.REPLY:
             self._channels.pop(frame.channel, None)
-        channel.deliver(frame)
+        violation = channel.deliver(frame)
+        if violation is not None:
+            self._fail(AgentCutOff(f"channel {channel.id}: {violation}; agent cut off"))
 
     async def _keepalive(self, interval: float) -> None:
         while not self.closed:
             await asyncio.sleep(interval)
+            if self._held:
+                continue
+            holds = self._holds
             self._pong.clear()
             with contextlib.suppress(AgentError):
                 await self.send(encode(FrameType.PING, 0))
             try:
                 await asyncio.wait_for(self._pong.wait(), timeout=self.io_timeout)
             except TimeoutError:
+                if self._held or self._holds != holds:
+                    continue  # the VM was paused meanwhile: no answer was possible
                 self._fail(AgentUnavailable(f"agent did not answer a ping in {self.io_timeout}s"))
 
 

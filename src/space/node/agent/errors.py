@@ -5,6 +5,9 @@
     AgentError                    base: anything that went wrong talking to an agent
      +-- AgentUnavailable         cannot connect, handshake timed out, connection lost,
      |                            agent stopped answering; in-flight calls fail with it
+     |   +-- AgentCutOff          the agent broke the protocol's flow control (sent past
+     |                            its credit window): the host closed the connection and
+     |                            will not reconnect; also a node `NodeError`
      +-- ProtocolMismatch         host and agent share no protocol generation
      +-- AgentOperationError      the agent ran the operation and reports why it failed:
                                   `code` (e.g. not_found, is_directory, permission_denied),
@@ -13,6 +16,8 @@
 
 from __future__ import annotations
 
+from space.node.errors import NodeError
+
 
 class AgentError(Exception):
     """Base of every agent client error."""
@@ -20,6 +25,11 @@ class AgentError(Exception):
 
 class AgentUnavailable(AgentError):
     """The agent cannot be reached or stopped answering; retry after reconnecting."""
+
+
+class AgentCutOff(AgentUnavailable, NodeError):
+    """The agent sent more than its flow-control window allows; the host cut it off
+    so its buffers stay bounded. Sticky: the client does not reconnect."""
 
 
 class ProtocolMismatch(AgentError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from space.guest.protocol import FrameType
@@ -16,8 +17,10 @@ class Watch:
     """Async iterator of `WatchEvent`s. Iteration ends when the watched path is
     removed; `aclose()` (or leaving `async with`) cancels the watch in the guest."""
 
-    def __init__(self, conn: Connection, path: str, recursive: bool) -> None:
-        self._conn = conn
+    def __init__(
+        self, connection: Callable[[], Awaitable[Connection]], path: str, recursive: bool
+    ) -> None:
+        self._connection = connection
         self._path = path
         self._recursive = recursive
         self._channel: HostChannel | None = None
@@ -28,10 +31,11 @@ class Watch:
         if self._channel is not None:
             return
         request = {"op": "watch", "path": self._path, "recursive": self._recursive}
-        channel = await self._conn.open_channel(request)
+        conn = await self._connection()
+        channel = await conn.open_channel(request)
         self._channel = channel
         try:
-            frame = await channel.next(timeout=self._conn.io_timeout)
+            frame = await channel.next(timeout=conn.io_timeout)
             if frame.type is not FrameType.EVENT or frame.json().get("ready") is not True:
                 reply_result(frame)
                 raise AgentError(f"unexpected {frame.type.name} while starting a watch")

@@ -52,6 +52,7 @@ class VmConfig:
     vcpus: int = 1
     network: NetworkAttachment | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    console_log_bytes: int = 4 << 20  # cap on console.log + console.log.1 (vmm/console.py)
 
     @property
     def agent_socket(self) -> Path:
@@ -64,6 +65,10 @@ class VmConfig:
     @property
     def pid_file(self) -> Path:
         return self.run_dir / "vmm.pid"
+
+    @property
+    def console_socket(self) -> Path:
+        return self.run_dir / "console.sock"
 
     @property
     def console_log(self) -> Path:

@@ -107,9 +107,9 @@ class QemuDriver:
         self, config: VmConfig, incoming: str | None, pass_fds: tuple[int, ...] = ()
     ) -> QemuVm:
         config.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for stale in (config.agent_socket, config.control_socket, config.pid_file):
+        sockets = (config.agent_socket, config.control_socket, config.console_socket)
+        for stale in (*sockets, config.pid_file):
             stale.unlink(missing_ok=True)
-        config.console_log.touch(mode=0o600)  # 0600 whatever umask QEMU runs under
         jail = await self._enter(config)
         try:
             return await self._spawn(config, incoming, pass_fds, jail)
@@ -155,7 +155,7 @@ class QemuDriver:
             await watch.wait()
             watch.close()
             raise
-        for socket in (config.agent_socket, config.control_socket):
+        for socket in (config.agent_socket, config.control_socket, config.console_socket):
             socket.chmod(0o600)  # 0600 whatever umask QEMU made them under
         log.info("vm %s started (pid %d, %s)", config.vm_id, child.pid, self.accel)
         return QemuVm(config, watch, qmp)

@@ -88,7 +88,7 @@ def qemu_argv(
         "-device",
         "virtio-rng-device,rng=rng0",
         "-chardev",
-        f"file,id=console,path={config.console_log}",
+        f"socket,id=console,path={config.console_socket},server=on,wait=off",
         "-serial",
         "chardev:console",
         "-qmp",
