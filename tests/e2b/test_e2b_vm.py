@@ -245,15 +245,15 @@ def test_example_runs_unchanged(space: tuple[SpaceServer, str]) -> None:
 
 
 def test_network_options_are_enforced_by_the_gateway() -> None:
-    try:
-        httpx.head("https://pypi.org/simple/", timeout=10)
-    except httpx.HTTPError as error:
-        pytest.skip(f"this host cannot reach pypi.org itself: {error}")
+    """E2B's network options deny through the gateway. Only denials are checked here:
+    test traffic never leaves the machine, and a denied name is never resolved; what an
+    allowlist lets through is shown against the fake internet in tests/redteam."""
     curl = "curl -sS --max-time 20 -o /dev/null -w '%{http_code}' "
     with Sandbox.create(network={"allow_out": ["pypi.org"]}) as allowlisted:
-        assert allowlisted.commands.run(curl + "https://pypi.org/simple/").stdout == "200"
-        with pytest.raises(CommandExitException):
+        with pytest.raises(CommandExitException) as denied:
             allowlisted.commands.run(curl + "https://example.com/")
+        assert "Could not resolve host: example.com" in denied.value.stderr
     with Sandbox.create(allow_internet_access=False) as offline:
-        with pytest.raises(CommandExitException):
+        with pytest.raises(CommandExitException) as offline_denied:
             offline.commands.run(curl + "https://pypi.org/simple/")
+        assert "Could not resolve host: pypi.org" in offline_denied.value.stderr

@@ -23,6 +23,7 @@ import pytest_asyncio
 
 from space.node.client import ExecRequest, SandboxSpec
 from space.node.local import LocalNode
+from space.node.vmm.accel import TCG_TB_MIB
 from tests.throwaway import throwaway_node
 
 pytestmark = [
@@ -157,7 +158,7 @@ async def test_each_qemu_is_confined_and_cannot_open_another_sandboxs_files(
         for s, lim in limits.items():
             assert s in lim["cgroup"]
             assert lim["cpu.max"] == "100000 100000"  # 1 vCPU
-            assert int(lim["memory.max"]) == (256 + 256) * MIB  # memory + QEMU overhead
+            assert int(lim["memory.max"]) == (256 + 256 + TCG_TB_MIB) * MIB  # + QEMU, TCG cache
             assert lim["pids.max"] == "256"
             assert lim["io"], "no io throttle on the pool's device"
             assert int(_max_file_size(pids[s])) < 1 << 40  # no unbounded file

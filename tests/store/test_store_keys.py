@@ -1,24 +1,14 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import select
 
-from space.store.db import Database, make_engine, upgrade
+from space.store.db import Database
 from space.store.errors import NotFound
 from space.store.keys import KeyRepo
 from space.store.models import ApiKey, utcnow
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Database]:
-    engine = make_engine(db_url)
-    upgrade(engine)
-    db = Database(engine)
-    yield db
-    db.dispose()
 
 
 def test_keys_are_stored_hashed_and_authenticate(store: Database) -> None:

@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 from space.store import quotas
 from space.store.commands import CommandRepo
-from space.store.db import Database, make_engine, upgrade
+from space.store.db import Database
 from space.store.keys import KeyRepo
 from space.store.sandboxes import NewSandbox, SandboxRepo
 from space.store.states import SandboxState
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Database]:
-    engine = make_engine(db_url)
-    upgrade(engine)
-    db = Database(engine)
-    yield db
-    db.dispose()
 
 
 def _org(store: Database, name: str = "acme") -> str:

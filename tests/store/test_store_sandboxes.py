@@ -1,23 +1,12 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from space.store.db import Database, make_engine, upgrade
+from space.store.db import Database
 from space.store.errors import InvalidTransition, NotFound, StaleGeneration
 from space.store.keys import KeyRepo
 from space.store.sandboxes import NewSandbox, SandboxRepo
 from space.store.states import ALLOWED_TRANSITIONS, DesiredState, SandboxState
-
-
-@pytest.fixture
-def store(db_url: str) -> Iterator[Database]:
-    engine = make_engine(db_url)
-    upgrade(engine)
-    db = Database(engine)
-    yield db
-    db.dispose()
 
 
 def new_sandbox(db: Database, org: str = "acme") -> tuple[str, str]:

@@ -54,7 +54,7 @@ from space.node.templates import (
     build_guest,
     build_template,
 )
-from space.node.vmm.accel import choose_accel
+from space.node.vmm.accel import choose_accel, vmm_overhead_mib
 from space.node.vmm.base import NetworkAttachment, VmConfig, VmHandle, VmmDriver, VmmError
 from space.node.vmm.jail import JailConfig, Jailer
 from space.node.vmm.qemu import QemuDriver
@@ -122,8 +122,11 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         self._importer = TemplateImporter(pool)
         await self._template(DEFAULT_TEMPLATE)  # and the guest artifacts, built publicly
         self._guest = await asyncio.to_thread(build_guest, self.cache_dir, self._progress)
-        jailer = Jailer(self._jail, self.run_dir) if self._jail.enabled else None
-        self._driver = QemuDriver(choose_accel(self._accel), jailer)
+        accel = choose_accel(self._accel)
+        jailer = None
+        if self._jail.enabled:
+            jailer = Jailer(self._jail, self.run_dir, vmm_overhead_mib(accel))
+        self._driver = QemuDriver(accel, jailer)
         store = LocalSnapshotStore(pool.root / "snapshots")
         self._snapshotter = Snapshotter(self._driver, store, self._importer)
         private_dir(self.run_dir)  # QMP and agent sockets, consoles

@@ -57,5 +57,7 @@ def test_limits_follow_the_sandbox_size(tmp_path: Path) -> None:
     limits = Jailer(config, tmp_path).limits(vcpus=2, memory_mib=1024, disk=tmp_path)
     assert limits.vcpus == 2 and limits.cpu_quota_us == 200_000
     assert limits.memory_bytes == 1124 * MIB
+    with_tcg = Jailer(config, tmp_path, accel_overhead_mib=128)
+    assert with_tcg.limits(vcpus=2, memory_mib=1024, disk=tmp_path).memory_bytes == 1252 * MIB
     assert limits.pids == 64
     assert limits.io is not None and limits.io.bps == 2 * config.io_bps_per_vcpu

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from space.node.vmm.accel import TCG_TB_MIB
 from space.node.vmm.base import NetworkAttachment, VmConfig
 from space.node.vmm.jail import Jail
 from space.node.vmm.qemu_args import SECCOMP, DriveFds, qemu_argv
@@ -36,7 +37,8 @@ def test_microvm_with_virtio_mmio_devices_only() -> None:
     assert "virtserialport,chardev=agent,name=space.agent" in devices
     assert any(d.startswith("virtio-rng-device") for d in devices)
     assert _option(argv, "-m") == ["512M"] and _option(argv, "-smp") == ["2"]
-    assert _option(argv, "-accel") == ["tcg"]
+    assert _option(argv, "-accel") == [f"tcg,tb-size={TCG_TB_MIB}"]
+    assert _option(qemu_argv(_config(), "kvm"), "-accel") == ["kvm"]
 
 
 def test_agent_disk_is_read_only_and_root_disk_writable() -> None:

@@ -11,6 +11,20 @@ log = logging.getLogger(__name__)
 
 Accel = Literal["kvm", "tcg"]
 
+#: TCG's translation cache in MiB. QEMU's default (1 GiB) is allocated lazily and grows
+#: with the guest's code, past the VMM's cgroup memory limit; bounded, it is flushed.
+TCG_TB_MIB = 128
+
+
+def accel_arg(accel: Accel) -> str:
+    """QEMU's `-accel` value: TCG with a bounded translation cache."""
+    return f"tcg,tb-size={TCG_TB_MIB}" if accel == "tcg" else accel
+
+
+def vmm_overhead_mib(accel: Accel) -> int:
+    """Host memory a VMM needs beyond guest RAM because of the accelerator."""
+    return TCG_TB_MIB if accel == "tcg" else 0
+
 
 def choose_accel(requested: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> Accel:
     """Resolve `auto|kvm|tcg`; `auto` takes KVM only if /dev/kvm opens and the CPU has vmx/svm."""

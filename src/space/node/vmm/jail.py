@@ -119,8 +119,11 @@ class UidLeases:
 class Jailer:
     """Sets up and tears down each VM's confinement; sweeps what a previous run left."""
 
-    def __init__(self, config: JailConfig, run_dir: Path) -> None:
+    def __init__(self, config: JailConfig, run_dir: Path, accel_overhead_mib: int = 0) -> None:
+        """`accel_overhead_mib`: what the accelerator adds to each VMM's memory (TCG's
+        translation cache), on top of `memory_overhead_mib`."""
         self.config = config
+        self._accel_overhead_mib = accel_overhead_mib
         owner = str(run_dir).strip("/").replace("/", "-") or "root"
         self._leases = UidLeases(config.lease_dir, config.uid_base, config.uid_count, str(run_dir))
         self._cgroups: Cgroups = detect(config.cgroups, config.cgroup_root, owner)
@@ -144,7 +147,8 @@ class Jailer:
             )
         return Limits(
             vcpus=vcpus,
-            memory_bytes=(memory_mib + self.config.memory_overhead_mib) * MIB,
+            memory_bytes=(memory_mib + self.config.memory_overhead_mib + self._accel_overhead_mib)
+            * MIB,
             pids=self.config.pids_max,
             io=io,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from space.node.vmm.accel import Accel
+from space.node.vmm.accel import Accel, accel_arg
 from space.node.vmm.base import VmConfig
 from space.node.vmm.jail import Jail
 
@@ -49,7 +49,7 @@ def qemu_argv(
         "-machine",
         "microvm,isa-serial=on,rtc=on,pit=on,pic=on,x-option-roms=off,memory-backend=mem",
         "-accel",
-        accel,
+        accel_arg(accel),
         "-cpu",
         cpu,
         "-m",
