@@ -8,11 +8,14 @@ import socket
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import event
 
 from space.config import LimitsConfig, Settings
+from space.store.db import Database
 from tests.conftest import ServerThread
 from tests.control.fakes import FakeNode
 
@@ -181,3 +184,23 @@ def test_an_unknown_or_broken_encoding_is_refused(http: httpx.Client, sandbox_id
         url, params={"path": "/tmp/x"}, content=b"not gzip", headers={"Content-Encoding": "gzip"}
     )
     assert broken.status_code == 400, broken.text
+
+
+def test_a_request_with_a_body_looks_its_key_up_once(
+    http: httpx.Client, db: Database, sandbox_id: str
+) -> None:
+    """The middleware's credential check and the route's share one key lookup."""
+    lookups: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if "FROM api_keys" in statement:
+            lookups.append(statement)
+
+    engine = db.engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        response = http.post(f"/v1/sandboxes/{sandbox_id}/exec", json={"cmd": "true"})
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert response.status_code == 200, response.text
+    assert len(lookups) == 1, lookups

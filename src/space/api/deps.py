@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from space.api.errors import ApiError
 from space.api.state import AppState
 from space.control.wake import wake
+from space.store.db import Database
 from space.store.keys import KeyRepo, Principal
 from space.store.models import Sandbox
 from space.store.sandboxes import SandboxRepo
@@ -39,13 +40,24 @@ def _session(state: StateDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(_session)]
 
 
+def authenticate(request: Request, db: Database, key: str) -> Principal | None:
+    """The principal `key` belongs to (None: unknown, revoked or expired), looked up
+    once per request: the body-limit middleware and the route's dependency share it."""
+    known: dict[str, Principal | None] = request.scope.setdefault("state", {}).setdefault(
+        "space_principals", {}
+    )
+    if key not in known:
+        with db.session() as session:
+            known[key] = KeyRepo(session).authenticate(key)
+    return known[key]
+
+
 def _principal(request: Request, state: StateDep) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise ApiError(401, "unauthorized", "missing `Authorization: Bearer <key>` header")
-    with state.db.session() as session:
-        principal = KeyRepo(session).authenticate(key.strip())
+    principal = authenticate(request, state.db, key.strip())
     if principal is None:
         raise ApiError(401, "unauthorized", "invalid API key")
     return principal

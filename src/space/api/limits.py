@@ -33,11 +33,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from space.api.deps import authenticate
 from space.api.e2b.routing import EnvdAuthError, SandboxNotRunning, resolve, resolve_signed
 from space.api.e2b.tokens import AccessTokens
 from space.api.errors import error_body
 from space.store.db import Database
-from space.store.keys import KeyRepo
 
 _UPLOADS = re.compile(r"^/v1/sandboxes/[^/]+/files$|^/files$")
 _CONNECT = ("/process.Process/", "/filesystem.Filesystem/")
@@ -119,8 +119,7 @@ class RequestLimits:
         key = (bearer if scheme.lower() == "bearer" else "") or request.headers.get("x-api-key")
         if not key or not key.strip():
             return False
-        with self._db.session() as session:
-            return KeyRepo(session).authenticate(key.strip()) is not None
+        return authenticate(request, self._db, key.strip()) is not None
 
 
 class _Counted:

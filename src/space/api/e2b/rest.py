@@ -16,7 +16,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from space.api.deps import StateDep
+from space.api.deps import StateDep, authenticate
 from space.api.e2b import metrics
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.front import FrontDep
@@ -37,7 +37,7 @@ from space.api.schemas import CreateSandbox
 from space.api.state import AppState
 from space.control.expiry import lifetime_until
 from space.control.power import PowerOp, apply_power
-from space.store.keys import KeyRepo, Principal
+from space.store.keys import Principal
 from space.store.models import Sandbox, utcnow
 from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState
@@ -50,8 +50,7 @@ def _principal(request: Request, state: StateDep) -> Principal:
     key = request.headers.get("x-api-key", "").strip()
     if not key:
         raise E2bError(401, "missing X-API-KEY header (a SPACE API key)")
-    with state.db.session() as session:
-        principal = KeyRepo(session).authenticate(key)
+    principal = authenticate(request, state.db, key)
     if principal is None:
         raise E2bError(401, "invalid API key")
     return principal
