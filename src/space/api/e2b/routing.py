@@ -23,6 +23,7 @@ from space.api.e2b.tokens import AccessTokens, Operation, SignedRequest
 from space.store.db import Database
 from space.store.errors import NotFound
 from space.store.keys import KeyRepo
+from space.store.models import Sandbox
 from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState
 
@@ -111,12 +112,7 @@ def _signers(db: Database, named: str | None) -> dict[str, list[str]]:
 def check_running(db: Database, sandbox_id: str) -> None:
     """SandboxNotRunning unless the sandbox runs (an unauthenticated probe: no activity)."""
     with db.session() as session:
-        try:
-            row = SandboxRepo(session).get(sandbox_id)
-        except NotFound:
-            raise SandboxNotRunning(f"sandbox {sandbox_id} was not found") from None
-        if row.state != SandboxState.RUNNING.value:
-            raise SandboxNotRunning(f"sandbox {sandbox_id} is {row.state}, not running")
+        _require_running(_row(SandboxRepo(session), sandbox_id))
 
 
 def running(db: Database, sandbox_id: str, key_id: str, *, activity: bool = True) -> EnvdTarget:
@@ -124,14 +120,22 @@ def running(db: Database, sandbox_id: str, key_id: str, *, activity: bool = True
     recorded as the sandbox's activity), else EnvdAuthError or SandboxNotRunning."""
     with db.session() as session:
         repo = SandboxRepo(session)
-        try:
-            row = repo.get(sandbox_id)
-        except NotFound:
-            raise SandboxNotRunning(f"sandbox {sandbox_id} was not found") from None
+        row = _row(repo, sandbox_id)
         if not KeyRepo(session).is_valid(key_id, row.org_id):
             raise EnvdAuthError("the API key this access token was issued to is revoked or expired")
-        if row.state != SandboxState.RUNNING.value:
-            raise SandboxNotRunning(f"sandbox {sandbox_id} is {row.state}, not running")
+        _require_running(row)
         if activity:
             repo.touch(row.id)
         return EnvdTarget(row.id, dict(row.env), row.org_id, key_id)
+
+
+def _row(repo: SandboxRepo, sandbox_id: str) -> Sandbox:
+    try:
+        return repo.get(sandbox_id)
+    except NotFound:
+        raise SandboxNotRunning(f"sandbox {sandbox_id} was not found") from None
+
+
+def _require_running(row: Sandbox) -> None:
+    if row.state != SandboxState.RUNNING.value:
+        raise SandboxNotRunning(f"sandbox {row.id} is {row.state}, not running")
