@@ -34,9 +34,9 @@ import httpx
 from tests.e2e.server import SpaceServer
 
 from bench.stats import emit, summary
-from space.node.client import ExecRequest, SandboxSpec
 from space.node.local import LocalNode
 from space.node.storage.pool import release_pool
+from space.seam.values import ExecRequest, SandboxSpec
 
 ROUND_TRIPS = 50
 CREATE_TIMEOUT = 900.0

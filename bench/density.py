@@ -17,8 +17,8 @@ from pathlib import Path
 
 from bench.nodes import bench_node
 from bench.stats import emit, summary
-from space.node.client import ExecRequest, SandboxSpec
 from space.node.local import LocalNode
+from space.seam.values import ExecRequest, SandboxSpec
 
 
 def mem_available_kib() -> int:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from bench.nodes import bench_node
 from bench.stats import emit, percentile, summary
-from space.node.client import ExecRequest, SandboxSpec
 from space.node.local import LocalNode
+from space.seam.values import ExecRequest, SandboxSpec
 
 FILE_MB = 64
 

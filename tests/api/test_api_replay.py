@@ -14,7 +14,7 @@ from space.api.app import create_app
 from space.api.eventlog import LogWriter, follow
 from space.config import Settings
 from space.control.controller import Controller
-from space.node.client import ProcessEvent
+from space.seam.values import ProcessEvent
 from space.store.commands import CommandRepo
 from space.store.db import Database
 from tests.control.fakes import FakeNode

@@ -23,16 +23,19 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from space.node.agent.models import FileInfo, ProcessInfo, WatchEvent, WatchEventType
-from space.node.client import (
+from space.seam.errors import SandboxNotFound
+from space.seam.values import (
     ExecRequest,
     ExecResult,
+    FileInfo,
     ProcessEvent,
+    ProcessInfo,
     SandboxObservation,
     SandboxSpec,
     WarmPoolStats,
+    WatchEvent,
+    WatchEventType,
 )
-from space.node.errors import SandboxNotFound
 
 CHUNK = 64 * 1024
 

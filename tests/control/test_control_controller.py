@@ -9,7 +9,7 @@ import pytest
 
 from space.config import ControllerConfig, Settings, TimeoutConfig
 from space.control.controller import Controller
-from space.node.client import SandboxObservation, SandboxSpec
+from space.seam.values import SandboxObservation, SandboxSpec
 from space.store.db import Database, make_engine, upgrade
 from space.store.keys import KeyRepo
 from space.store.models import Sandbox

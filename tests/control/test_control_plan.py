@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from space.control.plan import LOST, Action, RowSnapshot, Verb, plan
-from space.node.client import SandboxObservation
+from space.seam.values import SandboxObservation
 
 
 def row(state: str, sandbox_id: str = "sb1", generation: int = 4) -> RowSnapshot:

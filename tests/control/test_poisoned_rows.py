@@ -20,7 +20,7 @@ from space.api.app import create_app
 from space.config import Settings
 from space.control.controller import Controller
 from space.control.plan import RowSnapshot, Verb, plan
-from space.node.client import SandboxObservation
+from space.seam.values import SandboxObservation
 from space.store.db import Database
 from space.store.keys import KeyRepo
 from space.store.models import Sandbox

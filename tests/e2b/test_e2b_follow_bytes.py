@@ -8,7 +8,7 @@ from typing import Any
 
 from space.api.e2b.processes import FOLLOW_BYTES, ProcessConfig, ProcessRegistry
 from space.control.expiry import Activity
-from space.node.client import ProcessEvent
+from space.seam.values import ProcessEvent
 
 
 class BigOutput:

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from space.node.client import ExecRequest, SandboxSpec
 from space.node.local import LocalNode
 from space.node.vmm.accel import TCG_TB_MIB
+from space.seam.values import ExecRequest, SandboxSpec
 from tests.throwaway import throwaway_node
 
 pytestmark = [

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from space.node.client import ExecRequest, SandboxSpec
-from space.node.errors import SandboxUnavailable
 from space.node.local import LocalNode
+from space.seam.errors import SandboxUnavailable
+from space.seam.values import ExecRequest, SandboxSpec
 from tests.throwaway import throwaway_node
 
 pytestmark = [

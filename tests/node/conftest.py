@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from space.node.client import SandboxSpec
 from space.node.local import LocalNode
+from space.seam.values import SandboxSpec
 from tests.throwaway import throwaway_node
 
 SandboxFactory = Callable[..., Awaitable[str]]

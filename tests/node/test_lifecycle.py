@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from space.node.client import ExecRequest
 from space.node.local import LocalNode
+from space.seam.values import ExecRequest
 from tests.node.conftest import SandboxFactory, qemu_pids
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns, pytest.mark.asyncio(loop_scope="session")]

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from space.node.client import ExecRequest, SandboxSpec
 from space.node.local import LocalNode
+from space.seam.values import ExecRequest, SandboxSpec
 from tests.throwaway import throwaway_node
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns, pytest.mark.asyncio(loop_scope="session")]

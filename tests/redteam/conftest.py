@@ -15,9 +15,9 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from space.node.client import SandboxSpec
 from space.node.local import LocalNode
 from space.node.network.egress import Egress
+from space.seam.values import SandboxSpec
 from tests.redteam.fakenet import FakeInternet
 from tests.redteam.guests import Guest, NsGuest, VmGuest
 from tests.redteam.vethguest import VethGuest

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from space.gateway.audit import AuditRecord
-from space.node.client import ExecRequest
 from space.node.local import LocalNode
 from space.node.network.egress import Egress
+from space.seam.values import ExecRequest
 from tests.redteam.vethguest import Result, VethGuest
 
 GUEST_CA = "/usr/local/share/ca-certificates/space-gateway.crt"

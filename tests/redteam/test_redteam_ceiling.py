@@ -21,9 +21,9 @@ import pytest_asyncio
 
 from space.api.e2b.rest_models import NewSandboxIn
 from space.gateway.nsock import run_in_netns
-from space.node.client import SandboxSpec
 from space.node.network import fence
 from space.node.network.egress import Egress
+from space.seam.values import SandboxSpec
 from tests.redteam.fakenet import (
     CONTROL_IP,
     GAINED_IP,

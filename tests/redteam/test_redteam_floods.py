@@ -25,8 +25,8 @@ import pytest
 import pytest_asyncio
 
 from space.gateway.limits import GatewayLimits
-from space.node.client import SandboxSpec
 from space.node.local import LocalNode
+from space.seam.values import SandboxSpec
 from tests.redteam.guests import VmGuest
 from tests.redteam.vethguest import Result
 

@@ -21,7 +21,7 @@ from space.config import Settings
 from space.control.controller import Controller
 from space.control.expiry import Activity
 from space.control.waiter import DbWaiter, Lifecycle
-from space.node.client import NodeClient
+from space.seam.protocol import NodeClient
 from space.store.commands import CommandRepo
 from space.store.db import Database
 

@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException
 
 from space.api.hub import CommandNotRunning
 from space.control.errors import NodeFailed, NodeUnavailable, NotSupported
-from space.node.errors import NodeError, SandboxNotFound, SandboxUnavailable
+from space.seam.errors import NodeError, SandboxNotFound, SandboxUnavailable
 from space.store.errors import InvalidTransition, NotFound, StaleGeneration
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from space.node.client import ProcessEvent
+from space.seam.values import ProcessEvent
 
 #: Room always kept for the `exit` record, however full the log is.
 EXIT_RESERVE = 256

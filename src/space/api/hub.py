@@ -20,7 +20,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from space.api.eventlog import LogWriter, Record, follow
-from space.node.client import CommandHandle, ExecRequest, NodeClient
+from space.seam.protocol import CommandHandle, NodeClient
+from space.seam.values import ExecRequest
 from space.store.commands import CommandRepo
 from space.store.db import Database
 from space.store.errors import NotFound

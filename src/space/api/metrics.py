@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from space.node.client import NodeClient
+from space.seam.protocol import NodeClient
 from space.store.db import Database
 from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState

@@ -9,7 +9,7 @@ from space.config import Settings
 from space.control.errors import NodeUnavailable
 from space.control.expiry import Activity
 from space.control.waiter import Lifecycle
-from space.node.client import NodeClient
+from space.seam.protocol import NodeClient
 from space.store.db import Database
 
 

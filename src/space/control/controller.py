@@ -18,7 +18,8 @@ from space.control.errors import NodeFailed
 from space.control.expiry import Activity, Expiry
 from space.control.plan import Action, RowSnapshot, Verb, plan
 from space.control.tasks import run_periodically
-from space.node.client import NodeClient, SandboxObservation, SandboxSpec
+from space.seam.protocol import NodeClient
+from space.seam.values import SandboxObservation, SandboxSpec
 from space.store.db import Database
 from space.store.errors import NotFound, StaleGeneration
 from space.store.models import Sandbox

@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from space.control.power import apply_power
-from space.node.client import NodeClient
+from space.seam.protocol import NodeClient
 from space.store.commands import CommandRepo
 from space.store.db import Database
 from space.store.errors import InvalidTransition, NoLongerDue, NotFound, StaleGeneration

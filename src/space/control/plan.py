@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from space.node.client import SandboxObservation
+from space.seam.values import SandboxObservation
 from space.store.states import HOLDS_VM, SandboxState
 
 log = logging.getLogger(__name__)

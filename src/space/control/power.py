@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from space.control.errors import NodeFailed, NotSupported
-from space.node.client import NodeClient
+from space.seam.protocol import NodeClient
 from space.store.db import Database
 from space.store.models import Sandbox
 from space.store.sandboxes import SandboxRepo, StillDue

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from space.control.power import PowerOp, apply_power
-from space.node.client import NodeClient
+from space.seam.protocol import NodeClient
 from space.store.db import Database
 from space.store.errors import StaleGeneration
 from space.store.models import Sandbox

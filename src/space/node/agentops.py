@@ -12,17 +12,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from space.node.agent import (
-    AgentClient,
-    AgentOperationError,
-    AgentProcess,
-    FileInfo,
-    ProcessInfo,
-    Watch,
-    WatchEvent,
-)
-from space.node.client import ExecRequest
+from space.node.agent import AgentClient, AgentOperationError, AgentProcess, Watch
 from space.node.fileerrors import as_oserror
+from space.seam.values import ExecRequest, FileInfo, ProcessInfo, WatchEvent
 
 
 class _HasAgents(Protocol):

@@ -20,20 +20,6 @@ from typing import Any
 
 from space.node.agent import AgentClient
 from space.node.agentops import AgentOpsMixin
-from space.node.client import (
-    CommandHandle,
-    ExecRequest,
-    ExecResult,
-    SandboxObservation,
-    SandboxSpec,
-    WarmPoolStats,
-)
-from space.node.errors import (
-    SandboxNotFound,
-    SandboxUnavailable,
-    SnapshotMissing,
-    UnknownTemplate,
-)
 from space.node.fileerrors import as_oserror
 from space.node.images import TemplateImporter
 from space.node.network.egress import Egress, EgressConfig
@@ -60,6 +46,15 @@ from space.node.vmm.jail import JailConfig, Jailer
 from space.node.vmm.qemu import QemuDriver
 from space.node.warm import WarmPools
 from space.private import private_dir
+from space.seam.errors import SandboxNotFound, SandboxUnavailable, SnapshotMissing, UnknownTemplate
+from space.seam.protocol import CommandHandle
+from space.seam.values import (
+    ExecRequest,
+    ExecResult,
+    SandboxObservation,
+    SandboxSpec,
+    WarmPoolStats,
+)
 from space.tasks import spawn
 
 log = logging.getLogger(__name__)

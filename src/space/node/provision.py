@@ -15,13 +15,13 @@ import shutil
 from pathlib import Path
 
 from space.node.agent import AgentClient, AgentError
-from space.node.client import SandboxObservation, SandboxSpec
-from space.node.errors import BootFailed
 from space.node.internals import NodeInternals
 from space.node.network.netns import SandboxNetwork
 from space.node.records import SandboxRecord
 from space.node.sandbox import AGENT_TIMEOUT, Sandbox
 from space.node.templates import TemplateImage
+from space.seam.errors import BootFailed
+from space.seam.values import SandboxObservation, SandboxSpec
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ import time
 from dataclasses import dataclass, field
 
 from space.node.agent import AgentClient
-from space.node.client import ObservedState, SandboxObservation
 from space.node.records import SandboxRecord
 from space.node.vmm.base import VmHandle
 from space.node.vmm.console import follow_console
+from space.seam.values import ObservedState, SandboxObservation
 from space.tasks import spawn
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from space.node.client import WarmPoolStats
 from space.node.sandbox import Sandbox
+from space.seam.values import WarmPoolStats
 
 log = logging.getLogger(__name__)
 

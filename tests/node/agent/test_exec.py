@@ -11,7 +11,7 @@ import time
 import pytest
 
 from space.node.agent import AgentClient, AgentOperationError, AgentProcess
-from space.node.client import ExecRequest
+from space.seam.values import ExecRequest
 from tests.guest.agentproc import LEAK_MARKER, RunningAgent
 
 pytestmark = pytest.mark.timeout(20)

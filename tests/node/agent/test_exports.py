@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import space.node.agent
 from space.node.agent import AgentProcess
-from space.node.client import CommandHandle
+from space.seam.protocol import CommandHandle
 
 
 def test_public_names_are_pinned() -> None:
@@ -13,11 +13,8 @@ def test_public_names_are_pinned() -> None:
         "AgentOperationError",
         "AgentProcess",
         "AgentUnavailable",
-        "FileInfo",
-        "ProcessInfo",
         "ProtocolMismatch",
         "Watch",
-        "WatchEvent",
     ]
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from space.node.agent import AgentClient, AgentOperationError, WatchEvent
+from space.node.agent import AgentClient, AgentOperationError
+from space.seam.values import WatchEvent
 from tests.guest.agentproc import RunningAgent
 
 pytestmark = pytest.mark.timeout(30)

@@ -21,8 +21,8 @@ from space.guest.protocol import (
     encode_json,
 )
 from space.node.agent import AgentClient, AgentCutOff
-from space.node.client import ExecRequest
-from space.node.errors import NodeError
+from space.seam.errors import NodeError
+from space.seam.values import ExecRequest
 from tests.guest.agentproc import RunningAgent
 
 pytestmark = pytest.mark.timeout(30)

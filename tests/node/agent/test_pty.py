@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from space.node.agent import AgentClient, AgentProcess
-from space.node.client import ExecRequest
+from space.seam.values import ExecRequest
 
 pytestmark = pytest.mark.timeout(20)
 

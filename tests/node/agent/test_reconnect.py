@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from space.node.agent import AgentClient
-from space.node.client import ExecRequest
+from space.seam.values import ExecRequest
 from tests.guest.agentproc import RunningAgent
 
 pytestmark = pytest.mark.timeout(20)

@@ -10,13 +10,8 @@ from pathlib import Path
 import pytest
 
 from space.guest.protocol import HEADER_SIZE, FrameType, encode
-from space.node.agent import (
-    AgentClient,
-    AgentOperationError,
-    AgentUnavailable,
-    ProtocolMismatch,
-)
-from space.node.client import ExecRequest
+from space.node.agent import AgentClient, AgentOperationError, AgentUnavailable, ProtocolMismatch
+from space.seam.values import ExecRequest
 from space.tasks import TaskSet
 from tests.guest.agentproc import RunningAgent, running_agent
 

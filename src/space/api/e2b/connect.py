@@ -26,7 +26,7 @@ from pydantic.alias_generators import to_camel
 
 from space.api.e2b.catching import catching_route
 from space.api.e2b.routing import EnvdAuthError, SandboxNotRunning
-from space.node.errors import NodeError
+from space.seam.errors import NodeError
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from space.api.e2b.catching import catching_route
 from space.api.e2b.routing import EnvdAuthError, SandboxNotRunning
 from space.api.errors import ApiError
 from space.control.errors import NodeFailed, NodeUnavailable, NotSupported
-from space.node.errors import NodeError
+from space.seam.errors import NodeError
 from space.store.errors import InvalidTransition, NotFound, StaleGeneration
 
 log = logging.getLogger(__name__)

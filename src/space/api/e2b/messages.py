@@ -22,10 +22,10 @@ from space.api.schemas import (
     Word,
     wire_bytes,
 )
-from space.node.client import ProcessEvent
+from space.seam.values import ProcessEvent
 
 if TYPE_CHECKING:
-    from space.node.agent.models import FileInfo
+    from space.seam.values import FileInfo
 
 
 class Selector(Message):

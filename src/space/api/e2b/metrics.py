@@ -10,7 +10,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from space.node.client import ExecRequest, NodeClient
+from space.seam.protocol import NodeClient
+from space.seam.values import ExecRequest
 
 PROBE = (
     "head -n1 /proc/stat; sleep 0.25; head -n1 /proc/stat; "

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from space.control.expiry import Activity
-from space.node.client import CommandHandle, ExecRequest, NodeClient, ProcessEvent
+from space.seam.protocol import CommandHandle, NodeClient
+from space.seam.values import ExecRequest, ProcessEvent
 from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)

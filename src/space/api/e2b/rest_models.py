@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from space.api.e2b.config import ENVD_VERSION
 from space.api.schemas import MAX_SECONDS, Env, Metadata
 from space.control.expiry import expires_at
-from space.node.client import SandboxSpec
+from space.seam.values import SandboxSpec
 from space.store.models import Sandbox
 from space.store.states import SandboxState
 

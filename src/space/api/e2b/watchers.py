@@ -15,7 +15,7 @@ import secrets
 from collections import deque
 from dataclasses import dataclass, field
 
-from space.node.client import NodeClient, WatchStream
+from space.seam.protocol import NodeClient, WatchStream
 from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from space.api.schemas import (
     wire_bytes,
 )
 from space.api.sse import event_stream
-from space.node.client import ExecRequest
+from space.seam.values import ExecRequest
 from space.store.commands import CommandRepo
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["commands"])

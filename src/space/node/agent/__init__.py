@@ -1,4 +1,5 @@
-"""Host side of the guest agent channel: `AgentClient` and what it returns."""
+"""Host side of the guest agent channel: `AgentClient`, its processes, watches and errors
+(what its calls return are the seam's values, `space.seam.values`)."""
 
 from space.node.agent.client import AgentClient
 from space.node.agent.errors import (
@@ -8,7 +9,6 @@ from space.node.agent.errors import (
     AgentUnavailable,
     ProtocolMismatch,
 )
-from space.node.agent.models import FileInfo, ProcessInfo, WatchEvent
 from space.node.agent.process import AgentProcess
 from space.node.agent.watch import Watch
 
@@ -19,9 +19,6 @@ __all__ = [
     "AgentOperationError",
     "AgentProcess",
     "AgentUnavailable",
-    "FileInfo",
-    "ProcessInfo",
     "ProtocolMismatch",
     "Watch",
-    "WatchEvent",
 ]

@@ -32,11 +32,11 @@ from types import TracebackType
 from space.guest.protocol import GENERATIONS, FrameType
 from space.node.agent.channel import reply_result
 from space.node.agent.connection import Connection
+from space.node.agent.decode import file_info, process_info
 from space.node.agent.errors import AgentCutOff, AgentError, AgentUnavailable
-from space.node.agent.models import FileInfo, ProcessInfo
 from space.node.agent.process import AgentProcess
 from space.node.agent.watch import Watch
-from space.node.client import ExecRequest, ExecResult
+from space.seam.values import ExecRequest, ExecResult, FileInfo, ProcessInfo
 
 #: Bytes of one exec stream kept in memory before its spool moves to disk.
 SPOOL_MEMORY = 1 << 20
@@ -237,7 +237,7 @@ class AgentClient:
         listed = result.get("processes")
         if not isinstance(listed, list):
             raise AgentError("agent sent no process list")
-        return [ProcessInfo.from_json(p) for p in listed if isinstance(p, dict)]
+        return [process_info(p) for p in listed if isinstance(p, dict)]
 
     # -- files ---------------------------------------------------------------------
 
@@ -274,7 +274,7 @@ class AgentClient:
             await channel.cancel()
 
     async def stat(self, path: str) -> FileInfo:
-        return FileInfo.from_json(await (await self._live()).call("stat", {"path": path}))
+        return file_info(await (await self._live()).call("stat", {"path": path}))
 
     async def list_dir(self, path: str, depth: int = 1) -> list[FileInfo]:
         conn = await self._live()
@@ -286,7 +286,7 @@ class AgentClient:
             ):
                 batch = frame.json().get("entries")
                 if isinstance(batch, list):
-                    entries += [FileInfo.from_json(e) for e in batch if isinstance(e, dict)]
+                    entries += [file_info(e) for e in batch if isinstance(e, dict)]
             reply_result(frame)
         finally:
             await channel.cancel()

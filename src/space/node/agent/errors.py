@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from space.node.errors import NodeError
+from space.seam.errors import NodeError
 
 
 class AgentError(Exception):

@@ -9,7 +9,7 @@ from space.guest.protocol import FrameType
 from space.node.agent.channel import HostChannel, reply_result
 from space.node.agent.connection import Connection
 from space.node.agent.errors import AgentError
-from space.node.client import ProcessEvent
+from space.seam.values import ProcessEvent
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,9 @@ from types import TracebackType
 from space.guest.protocol import FrameType
 from space.node.agent.channel import HostChannel, reply_result
 from space.node.agent.connection import Connection
+from space.node.agent.decode import watch_event
 from space.node.agent.errors import AgentError
-from space.node.agent.models import WatchEvent
+from space.seam.values import WatchEvent
 
 
 class Watch:
@@ -58,7 +59,7 @@ class Watch:
                 raise StopAsyncIteration
             events = frame.json().get("events")
             if isinstance(events, list):
-                self._pending += [WatchEvent.from_json(e) for e in events if isinstance(e, dict)]
+                self._pending += [watch_event(e) for e in events if isinstance(e, dict)]
         return self._pending.popleft()
 
     async def aclose(self) -> None:

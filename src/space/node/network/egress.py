@@ -26,9 +26,9 @@ from space.gateway import Gateway, Policy, UnknownSandbox
 from space.gateway.ceiling import Ceiling, IPAddress, IPNetwork
 from space.gateway.limits import GatewayLimits
 from space.node.agent import AgentClient
-from space.node.client import ExecRequest
 from space.node.network import fence, firewall, hostaddrs
 from space.node.network.netns import NetworkError, SandboxNetwork
+from space.seam.values import ExecRequest
 from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)

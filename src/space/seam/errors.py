@@ -1,8 +1,15 @@
-"""Errors the node reports across the `NodeClient` seam.
+"""Errors a node raises across the seam.
 
 NodeError
 ├── SandboxNotFound      no sandbox with that id on this node
-└── SandboxUnavailable   it exists but is not running (state and reason say why)
+├── SandboxUnavailable   it exists but is not running (state and reason say why)
+├── BootFailed           its VM did not come up (the console's last lines say why)
+├── UnknownTemplate      the node has no template of that name
+└── SnapshotMissing      a restore found no sealed snapshot
+
+File operations fail with the builtin `OSError` kinds (FileNotFoundError,
+IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError), an unknown
+pid with `ProcessLookupError`: the node converts its agent's errors at the seam.
 """
 
 from __future__ import annotations

@@ -1,85 +1,26 @@
-"""The `NodeClient` seam: how the control plane talks to one node worker.
+"""The `NodeClient` protocol: the calls the control plane makes on one node worker.
 
 `api` and `control` depend on this protocol only; `space.node.local.LocalNode`
-implements it in-process for a single host. Everything crossing the seam is a
-plain frozen dataclass so an HTTP implementation can serialise it unchanged.
+implements it in-process for a single host. What crosses it is in `values`,
+what it raises in `errors`.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from space.node.agent.models import FileInfo, ProcessInfo, WatchEvent
-
-ObservedState = Literal["creating", "running", "paused", "suspended", "stopped", "error"]
-EventKind = Literal["stdout", "stderr", "exit"]
-
-
-@dataclass(frozen=True)
-class SandboxSpec:
-    """What the control plane asks a node to run."""
-
-    sandbox_id: str
-    template: str = "base"
-    memory_mib: int = 256
-    vcpus: int = 1
-    env: dict[str, str] = field(default_factory=dict)
-    network: dict[str, Any] | None = None  # egress policy (space.gateway.policy); None: mode none
-
-
-@dataclass(frozen=True)
-class SandboxObservation:
-    """What a node reports about one sandbox it holds."""
-
-    sandbox_id: str
-    state: ObservedState
-    template: str
-    reason: str | None = None
-
-
-@dataclass(frozen=True)
-class WarmPoolStats:
-    template: str
-    target: int
-    ready: int
-    hits: int
-    misses: int
-
-
-@dataclass(frozen=True)
-class ExecRequest:
-    """A command: `cmd` runs under `/bin/sh -c`, `args` is executed directly."""
-
-    cmd: str | None = None
-    args: tuple[str, ...] | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    stdin: bytes | None = None
-    timeout: float | None = None
-    pty: tuple[int, int] | None = None  # (rows, cols) for an interactive terminal
-    output_limit: int | None = None  # exec: bytes kept per stream (None: the node's default)
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    """A finished command's output, each stream cut at the node's exec limit;
-    `*_dropped` counts the bytes past it."""
-
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    stdout_dropped: int = 0
-    stderr_dropped: int = 0
-
-
-@dataclass(frozen=True)
-class ProcessEvent:
-    kind: EventKind
-    data: bytes = b""
-    exit_code: int | None = None
+from space.seam.values import (
+    ExecRequest,
+    ExecResult,
+    FileInfo,
+    ProcessEvent,
+    ProcessInfo,
+    SandboxObservation,
+    SandboxSpec,
+    WarmPoolStats,
+    WatchEvent,
+)
 
 
 class CommandHandle(Protocol):

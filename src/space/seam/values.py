@@ -1,0 +1,108 @@
+"""The values that cross the node seam: plain frozen dataclasses, so an HTTP
+implementation of `NodeClient` can serialise them unchanged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ObservedState = Literal["creating", "running", "paused", "suspended", "stopped", "error"]
+EventKind = Literal["stdout", "stderr", "exit"]
+FileType = Literal["file", "dir", "symlink", "other"]
+WatchEventType = Literal["create", "write", "remove", "rename", "chmod", "overflow"]
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What the control plane asks a node to run."""
+
+    sandbox_id: str
+    template: str = "base"
+    memory_mib: int = 256
+    vcpus: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+    network: dict[str, Any] | None = None  # egress policy (space.gateway.policy); None: mode none
+
+
+@dataclass(frozen=True)
+class SandboxObservation:
+    """What a node reports about one sandbox it holds."""
+
+    sandbox_id: str
+    state: ObservedState
+    template: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class WarmPoolStats:
+    template: str
+    target: int
+    ready: int
+    hits: int
+    misses: int
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """A command: `cmd` runs under `/bin/sh -c`, `args` is executed directly."""
+
+    cmd: str | None = None
+    args: tuple[str, ...] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    stdin: bytes | None = None
+    timeout: float | None = None
+    pty: tuple[int, int] | None = None  # (rows, cols) for an interactive terminal
+    output_limit: int | None = None  # exec: bytes kept per stream (None: the node's default)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """A finished command's output, each stream cut at the node's exec limit;
+    `*_dropped` counts the bytes past it."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
+
+
+@dataclass(frozen=True)
+class ProcessEvent:
+    kind: EventKind
+    data: bytes = b""
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    name: str
+    type: FileType
+    size: int
+    mode: int
+    mtime: float
+    uid: int
+    gid: int
+    symlink_target: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    argv: tuple[str, ...]
+    cmd: str | None
+    pty: bool
+    attached: bool
+    running: bool
+    exit_code: int | None
+    started_at: float
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: WatchEventType
+    path: str
+    is_dir: bool = False
