@@ -34,7 +34,7 @@ import httpx
 from tests.e2e.server import SpaceServer
 
 from bench.stats import emit, summary
-from space.node.local import LocalNode
+from space.cli import local_node
 from space.node.storage.pool import release_pool
 from space.seam.values import ExecRequest, SandboxSpec
 
@@ -103,7 +103,7 @@ async def _baselines(server: SpaceServer, http: httpx.AsyncClient) -> None:
 async def _node_baseline(pool: dict[str, int], count: int) -> None:
     tag = secrets.token_hex(3)
     data_dir = Path(tempfile.mkdtemp(prefix="space-bench-node-"))
-    node = LocalNode(
+    node = local_node(
         data_dir=data_dir,
         cache_dir=Path(os.environ.get("SPACE_CACHE_DIR", "/var/cache/space")),
         accel=os.environ.get("SPACE_ACCEL", "tcg"),
@@ -113,7 +113,7 @@ async def _node_baseline(pool: dict[str, int], count: int) -> None:
         warm_pools=pool,
     )
     try:
-        await node.start()
+        await node.open()
         await _until(lambda: all(s.ready >= s.target for s in node.warm_pool_stats()))
         firsts = []
         for i in range(count):
@@ -127,7 +127,7 @@ async def _node_baseline(pool: dict[str, int], count: int) -> None:
         emit(_warm_line({s.template: (s.hits, s.misses) for s in node.warm_pool_stats()}))
     finally:
         await node.destroy_all()
-        await node.close()
+        await node.aclose()
         release_pool(data_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
         shutil.rmtree(node.run_dir, ignore_errors=True)

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from space.cli import local_node
 from space.node.local import LocalNode
 from space.node.storage.pool import release_pool
 
@@ -22,7 +23,7 @@ from space.node.storage.pool import release_pool
 async def throwaway_node(data_dir: Path, label: str, **options: Any) -> AsyncIterator[LocalNode]:
     """`label` (a few letters) names the run dir and prefixes the namespaces."""
     tag = secrets.token_hex(3)
-    node = LocalNode(
+    node = local_node(
         data_dir=data_dir,
         cache_dir=Path(os.environ.get("SPACE_CACHE_DIR", "/var/cache/space")),
         accel=os.environ.get("SPACE_ACCEL", "tcg"),
@@ -31,11 +32,11 @@ async def throwaway_node(data_dir: Path, label: str, **options: Any) -> AsyncIte
         pool_size=options.pop("pool_size", "16G"),
         **options,
     )
-    await node.start()
+    await node.open()
     try:
         yield node
     finally:
         await node.destroy_all()
-        await node.close()
+        await node.aclose()
         release_pool(data_dir)
         shutil.rmtree(node.run_dir, ignore_errors=True)

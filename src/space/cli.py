@@ -30,6 +30,9 @@ from space.sdk import Sandbox, SandboxInfo, SpaceError, TransportError
 
 if TYPE_CHECKING:
     from space.node.local import LocalNode
+    from space.node.network.egress import EgressConfig
+    from space.node.templates import Progress
+    from space.node.vmm.jail import JailConfig
     from space.store.keys import KeyInfo
 
 log = logging.getLogger(__name__)
@@ -93,7 +96,7 @@ async def _serve_with_node(settings: Settings) -> None:
 
     db = open_database(settings)
     node = _local_node(settings)
-    await node.start()
+    await node.open()
     with _signals_after_cleanup():
         try:
             app = create_app(
@@ -102,7 +105,7 @@ async def _serve_with_node(settings: Settings) -> None:
             _announce(settings)
             await _uvicorn(app, settings)
         finally:
-            await node.close()
+            await node.aclose()
             db.dispose()
             log.info("node closed; sandboxes' VMs left for adoption")
 
@@ -125,13 +128,12 @@ def _signals_after_cleanup() -> Iterator[None]:
 
 def _local_node(settings: Settings) -> LocalNode:
     from space.gateway.limits import GatewayLimits
-    from space.node.local import LocalNode
     from space.node.network.egress import EgressConfig
     from space.node.templates import StderrProgress
     from space.node.vmm.jail import JailConfig
 
     vmm = settings.vmm
-    return LocalNode(
+    return local_node(
         data_dir=settings.data_dir,
         cache_dir=settings.cache_dir,
         accel=settings.accel,
@@ -161,6 +163,60 @@ def _local_node(settings: Settings) -> LocalNode:
             io_iops_per_vcpu=vmm.io_iops_per_vcpu,
         ),
         console_log_bytes=settings.output.console_log_bytes,
+    )
+
+
+def local_node(
+    *,
+    data_dir: Path,
+    cache_dir: Path,
+    accel: str,
+    run_dir: Path = Path("/run/space"),
+    net_prefix: str = "space",
+    pool_size: str = "64G",
+    progress: Progress | None = None,
+    base_snapshots: bool = True,
+    warm_pools: dict[str, int] | None = None,
+    egress: EgressConfig | None = None,
+    jail: JailConfig | None = None,
+    console_log_bytes: int = 4 << 20,
+) -> LocalNode:
+    """This host's node worker wired from its services: the one place a `LocalNode` is
+    built (the servers' composition root; tests and benchmarks build theirs here too)."""
+    from functools import partial
+
+    from space.node.agentops import AgentOps
+    from space.node.catalog import TemplateCatalog
+    from space.node.host import NodeHost
+    from space.node.local import LocalNode
+    from space.node.network.egress import Egress
+    from space.node.network.netns import NetworkManager
+    from space.node.provision import Provisioning
+    from space.node.recovery import Recovery
+    from space.node.vmm.factory import make_driver
+    from space.node.vmm.jail import JailConfig
+    from space.node.warm import WarmPools
+
+    host = NodeHost(
+        data_dir=data_dir,
+        cache_dir=cache_dir,
+        run_dir=run_dir,
+        pool_size=pool_size,
+        net=NetworkManager(net_prefix),
+        egress=Egress(egress, name=net_prefix),
+        driver=partial(make_driver, accel, jail or JailConfig(), run_dir),
+        progress=progress,
+        console_log_bytes=console_log_bytes,
+    )
+    templates = TemplateCatalog(cache_dir, progress)
+    provisioning = Provisioning(host, templates, base_snapshots=base_snapshots)
+    return LocalNode(
+        host=host,
+        templates=templates,
+        provisioning=provisioning,
+        recovery=Recovery(host),
+        agent_ops=AgentOps(host),
+        warm_pools=WarmPools(warm_pools or {}, provisioning.fill_warm),
     )
 
 
@@ -196,7 +252,7 @@ async def _run_controller(settings: Settings) -> None:
 
     db = open_database(settings)
     node = _local_node(settings)
-    await node.start()
+    await node.open()
     controller = Controller(
         db=db, node=node, timeouts=settings.timeouts, config=settings.controller
     )
@@ -210,7 +266,7 @@ async def _run_controller(settings: Settings) -> None:
         await stop.wait()
     finally:
         await controller.aclose()
-        await node.close()
+        await node.aclose()
         db.dispose()
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from space.cli import local_node
 from space.node.local import LocalNode
 from space.seam.values import ExecRequest
 from tests.node.conftest import SandboxFactory, qemu_pids
@@ -111,16 +112,16 @@ async def test_restore_after_a_node_restart(
     pid, secret = await start_workload(node, sandbox_id)
     await node.suspend_sandbox(sandbox_id)
     restarted = _twin(node)
-    await node.close()  # the node process "exits"; its VMs and snapshots stay
-    await restarted.start()
+    await node.aclose()  # the node process "exits"; its VMs and snapshots stay
+    await restarted.open()
     try:
         states = {o.sandbox_id: o.state for o in await restarted.observe()}
         assert states[sandbox_id] == "suspended"
         await restarted.restore_sandbox(sandbox_id)
         assert await read_secret(restarted, sandbox_id, pid) == secret
     finally:
-        await restarted.close()
-        await node.start()  # hand the session fixture its node back
+        await restarted.aclose()
+        await node.open()  # hand the session fixture its node back
 
 
 async def test_crash_mid_suspend_keeps_the_last_good_snapshot(
@@ -168,7 +169,7 @@ async def test_clones_of_one_base_snapshot_do_not_share_randomness_or_time(
 
 
 def _twin(node: LocalNode) -> LocalNode:
-    return LocalNode(
+    return local_node(
         data_dir=node.data_dir,
         cache_dir=node.cache_dir,
         accel=os.environ.get("SPACE_ACCEL", "tcg"),

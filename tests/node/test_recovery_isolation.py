@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from space.node.records import SandboxRecord
-from space.node.recovery import RecoveryMixin
+from space.node.recovery import Recovery
 from space.node.sandbox import Sandbox
 
 
@@ -19,29 +19,36 @@ class _Records:
         return self._records, []
 
 
-class _Sweeping(RecoveryMixin):
-    """Only what `_sweep` itself touches; adopting `sbbad` fails like a VMM error."""
+class _Host:
+    """Only what `sweep` itself touches of the host."""
 
     def __init__(self, records: list[SandboxRecord]) -> None:
         self._records = _Records(records)
-        self._sandboxes: dict[str, Sandbox] = {}
-        self.adopted: list[str] = []
+        self.sandboxes: dict[str, Sandbox] = {}
         self.torn_down: list[str] = []
-        self.kept: set[str] = set()
 
-    def _ready(self) -> tuple[Any, None]:
+    def ready(self) -> tuple[Any, None]:
         return self._records, None
 
-    async def _adopt(self, record: SandboxRecord) -> None:  # type: ignore[override]
-        self._sandboxes[record.sandbox_id] = Sandbox(record)
+    async def teardown(self, slot: str, _sandbox: object) -> None:
+        self.torn_down.append(slot)
+
+
+class _Sweeping(Recovery):
+    """Adopting `sbbad` fails like a VMM error."""
+
+    def __init__(self, host: _Host) -> None:
+        super().__init__(host)  # type: ignore[arg-type]
+        self.adopted: list[str] = []
+        self.kept: set[str] = set()
+
+    async def _adopt(self, record: SandboxRecord) -> None:
+        self._host.sandboxes[record.sandbox_id] = Sandbox(record)
         if record.sandbox_id == "sbbad":
             raise OSError("the VMM's QMP socket is gone")
         self.adopted.append(record.sandbox_id)
 
-    async def _teardown(self, slot: str, _sandbox: object) -> None:
-        self.torn_down.append(slot)
-
-    async def _remove_orphans(self, known: set[str]) -> None:  # type: ignore[override]
+    async def _remove_orphans(self, known: set[str]) -> None:
         self.kept = known
 
 
@@ -50,10 +57,11 @@ def _record(sandbox_id: str, **flags: Any) -> SandboxRecord:
 
 
 async def test_one_failing_adopt_does_not_stop_the_startup_sweep() -> None:
-    node = _Sweeping([_record("sbbad"), _record("sbgood"), _record("sbgone", deleting=True)])
-    await node._sweep()  # type: ignore[misc]
-    assert node.adopted == ["sbgood"]
-    assert node.torn_down == ["sbgone"]
-    assert node._sandboxes["sbbad"].state == "error"
-    assert "QMP socket" in (node._sandboxes["sbbad"].reason or "")
-    assert node.kept == {"sbbad", "sbgood"}
+    host = _Host([_record("sbbad"), _record("sbgood"), _record("sbgone", deleting=True)])
+    recovery = _Sweeping(host)
+    await recovery.sweep()
+    assert recovery.adopted == ["sbgood"]
+    assert host.torn_down == ["sbgone"]
+    assert host.sandboxes["sbbad"].state == "error"
+    assert "QMP socket" in (host.sandboxes["sbbad"].reason or "")
+    assert recovery.kept == {"sbbad", "sbgood"}

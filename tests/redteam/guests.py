@@ -47,7 +47,7 @@ class VmGuest:
         await self.node.set_network_policy(self.sandbox_id, policy)
 
     def audit(self) -> list[AuditRecord]:
-        return self.node._egress.gateway.audit.for_sandbox(self.sandbox_id)
+        return self.node.egress.gateway.audit.for_sandbox(self.sandbox_id)
 
 
 class NsGuest:

@@ -181,7 +181,7 @@ class VmmCpu:
     """CPU time of a sandbox's VMM process (all threads) as a share of one core."""
 
     def __init__(self, guest: VmGuest) -> None:
-        vm = guest.node._sandboxes[guest.sandbox_id].vm
+        vm = guest.node.sandbox(guest.sandbox_id).vm
         assert vm is not None
         self._stat = f"/proc/{vm.pid}/stat"
         self._ticks, self._started = self._read(), time.monotonic()

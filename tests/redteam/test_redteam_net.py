@@ -78,5 +78,6 @@ def _netns(guest: Guest) -> str:
     if isinstance(guest, NsGuest):
         return guest.veth.netns
     assert isinstance(guest, VmGuest)
-    slot = guest.node.sandbox(guest.sandbox_id).record.slot
-    return guest.node._net.netns_name(slot)
+    vm = guest.node.sandbox(guest.sandbox_id).vm
+    assert vm is not None and vm.config.network is not None
+    return vm.config.network.netns

@@ -1,24 +1,22 @@
-"""`AgentOpsMixin`: the `NodeClient` operations that are one agent call each.
+"""`AgentOps`: the `NodeClient` operations that are one agent call each.
 
-Stat, list, mkdir, move, remove, watch, processes with a user / stdin choice /
-PTY, the process list and re-attaching. `LocalNode` mixes this in; every method
-finds the running sandbox's `AgentClient` through `self._agent(sandbox_id)` and
-turns the agent's file errors into the `OSError` subclasses the seam promises
-(an unknown pid: `ProcessLookupError`).
+Exec and commands (the sandbox's env under the request's), whole-file reads and
+writes, stat, list, mkdir, move, remove, watch, processes with a user / stdin
+choice / PTY, the process list and re-attaching. Every method finds the running
+sandbox's `AgentClient` on the host and turns the agent's file errors into the
+`OSError` subclasses the seam promises (an unknown pid: `ProcessLookupError`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Protocol
+import dataclasses
+from collections.abc import AsyncIterable, AsyncIterator
+from contextlib import aclosing
 
 from space.node.agent import AgentClient, AgentOperationError, AgentProcess, Watch
 from space.node.fileerrors import as_oserror
-from space.seam.values import ExecRequest, FileInfo, ProcessInfo, WatchEvent
-
-
-class _HasAgents(Protocol):
-    def _agent(self, sandbox_id: str) -> AgentClient: ...
+from space.node.host import NodeHost
+from space.seam.values import ExecRequest, ExecResult, FileInfo, ProcessInfo, WatchEvent
 
 
 class OsErrorWatch:
@@ -44,37 +42,54 @@ class OsErrorWatch:
         await self._watch.aclose()
 
 
-class AgentOpsMixin:
-    async def stat(self: _HasAgents, sandbox_id: str, path: str) -> FileInfo:
+class AgentOps:
+    def __init__(self, host: NodeHost) -> None:
+        self._host = host
+
+    async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+        with as_oserror(request.cwd or (request.args or ("",))[0]):  # a refused start
+            return await self._agent(sandbox_id).exec(self._with_env(sandbox_id, request))
+
+    async def start_command(self, sandbox_id: str, request: ExecRequest) -> AgentProcess:
+        with as_oserror(request.cwd or (request.args or ("",))[0]):
+            return await self._agent(sandbox_id).start(self._with_env(sandbox_id, request))
+
+    async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        with as_oserror(path):
+            async with aclosing(self._agent(sandbox_id).read_file(path)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+
+    async def write_file(self, sandbox_id: str, path: str, chunks: AsyncIterable[bytes]) -> int:
+        with as_oserror(path):
+            return await self._agent(sandbox_id).write_file(path, chunks)
+
+    async def stat(self, sandbox_id: str, path: str) -> FileInfo:
         with as_oserror(path):
             return await self._agent(sandbox_id).stat(path)
 
-    async def list_dir(
-        self: _HasAgents, sandbox_id: str, path: str, depth: int = 1
-    ) -> list[FileInfo]:
+    async def list_dir(self, sandbox_id: str, path: str, depth: int = 1) -> list[FileInfo]:
         with as_oserror(path):
             return await self._agent(sandbox_id).list_dir(path, depth)
 
-    async def make_dir(self: _HasAgents, sandbox_id: str, path: str) -> bool:
+    async def make_dir(self, sandbox_id: str, path: str) -> bool:
         """Create `path` and its parents; False if it already was a directory."""
         with as_oserror(path):
             return await self._agent(sandbox_id).make_dir(path)
 
-    async def move(self: _HasAgents, sandbox_id: str, src: str, dst: str) -> None:
+    async def move(self, sandbox_id: str, src: str, dst: str) -> None:
         with as_oserror(src):
             await self._agent(sandbox_id).move(src, dst)
 
-    async def remove(self: _HasAgents, sandbox_id: str, path: str) -> None:
+    async def remove(self, sandbox_id: str, path: str) -> None:
         with as_oserror(path):
             await self._agent(sandbox_id).remove(path)
 
-    def watch(
-        self: _HasAgents, sandbox_id: str, path: str, recursive: bool = False
-    ) -> OsErrorWatch:
+    def watch(self, sandbox_id: str, path: str, recursive: bool = False) -> OsErrorWatch:
         return OsErrorWatch(self._agent(sandbox_id).watch(path, recursive), path)
 
     async def start_process(
-        self: _HasAgents, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool
+        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool
     ) -> AgentProcess:
         """Start a process as `user` (None: the agent's default); with `stdin=False`
         its stdin is /dev/null, otherwise it stays open for `write_stdin`. A refusal
@@ -82,10 +97,10 @@ class AgentOpsMixin:
         with as_oserror(request.cwd or (request.args or ("",))[0]):
             return await self._agent(sandbox_id).start(request, user=user, stdin=stdin)
 
-    async def processes(self: _HasAgents, sandbox_id: str) -> list[ProcessInfo]:
+    async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
         return await self._agent(sandbox_id).processes()
 
-    async def attach(self: _HasAgents, sandbox_id: str, pid: int) -> AgentProcess:
+    async def attach(self, sandbox_id: str, pid: int) -> AgentProcess:
         """Follow a process started earlier; ProcessLookupError if the agent has none."""
         try:
             return await self._agent(sandbox_id).attach(pid)
@@ -93,3 +108,10 @@ class AgentOpsMixin:
             if exc.code == "not_found":
                 raise ProcessLookupError(pid, exc.message) from exc
             raise
+
+    def _agent(self, sandbox_id: str) -> AgentClient:
+        return self._host.agent(sandbox_id)
+
+    def _with_env(self, sandbox_id: str, request: ExecRequest) -> ExecRequest:
+        env = self._host.sandbox(sandbox_id).record.env
+        return dataclasses.replace(request, env={**env, **request.env}) if env else request

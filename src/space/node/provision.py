@@ -1,8 +1,10 @@
-"""How a sandbox's VM comes to be: cold boot, base-snapshot restore, warm pool.
+"""`Provisioning`: how a sandbox's VM comes to be: cold boot, base-snapshot restore, warm pool.
 
-The base snapshot of a (template, guest, size) is built once (boot, agent ready,
-save with RAM in a shared memory file); restores map that file private. A warm
-VM is a restore that waits, with no sandbox id, until `_claim` hands it out.
+`create` writes the record, then restores the template's base snapshot (or boots
+cold), attaches egress and installs the sandbox CA; a failure destroys what it
+made. The base snapshot of a (template, guest, size) is built once (boot, agent
+ready, save with RAM in a shared memory file); restores map that file private. A
+warm VM is a restore that waits, with no sandbox id, until `claim` hands it out.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import shutil
 from pathlib import Path
 
 from space.node.agent import AgentClient, AgentError
-from space.node.internals import NodeInternals
+from space.node.catalog import TemplateCatalog
+from space.node.host import NodeHost
 from space.node.network.netns import SandboxNetwork
 from space.node.records import SandboxRecord
 from space.node.sandbox import AGENT_TIMEOUT, Sandbox
@@ -30,10 +33,51 @@ WARM_MEMORY_MIB = 256
 WARM_VCPUS = 1
 
 
-class ProvisionMixin:
-    async def _boot(self: NodeInternals, sandbox: Sandbox, network: SandboxNetwork) -> None:
-        driver = self._ready_driver()
-        vm = await driver.boot(self._vm_config(sandbox.record, network))
+class Provisioning:
+    def __init__(
+        self, host: NodeHost, templates: TemplateCatalog, *, base_snapshots: bool = True
+    ) -> None:
+        self._host = host
+        self._templates = templates
+        self._use_bases = base_snapshots
+        self._bases_lock = asyncio.Lock()
+
+    async def create(self, spec: SandboxSpec, image: TemplateImage) -> SandboxObservation:
+        """A new VM for `spec`: restored from the base snapshot, or booted cold."""
+        host = self._host
+        record = SandboxRecord(
+            spec.sandbox_id,
+            spec.template,
+            image.digest,
+            spec.memory_mib,
+            spec.vcpus,
+            spec.env,
+            network=spec.network,
+        )
+        records, importer = host.ready()
+        record.save(records.directory(record.slot))
+        sandbox = Sandbox(record)
+        host.sandboxes[spec.sandbox_id] = sandbox
+        try:
+            base = await self._base_snapshot(image, record) if self._use_bases else None
+            network = await asyncio.to_thread(host.net.create, record.slot)
+            await host.egress.attach(record.slot, network, spec.network, sandbox_id=spec.sandbox_id)
+            if base is None:
+                template_disk = await importer.pooled(image.rootfs, image.digest)
+                await importer.clone_disk(template_disk, records.disk(record.slot))
+                await self._boot(sandbox, network)
+            else:
+                await self.restore(sandbox, network, base)
+            await host.egress.trust(record.slot, host.agent(spec.sandbox_id))
+        except BaseException as exc:
+            sandbox.state, sandbox.reason = "error", f"create failed: {exc}"
+            await host.destroy(spec.sandbox_id)
+            raise
+        return sandbox.observation()
+
+    async def _boot(self, sandbox: Sandbox, network: SandboxNetwork) -> None:
+        driver = self._host.ready_driver()
+        vm = await driver.boot(self._host.vm_config(sandbox.record, network))
         sandbox.watch(vm)
         try:
             await sandbox.connect_agent()
@@ -42,47 +86,47 @@ class ProvisionMixin:
         await sandbox.personalise()
         sandbox.state = "running"
 
-    async def _claim(self: NodeInternals, entry: Sandbox, spec: SandboxSpec) -> SandboxObservation:
+    async def claim(self, entry: Sandbox, spec: SandboxSpec) -> SandboxObservation:
         """Hand a warm VM to `spec.sandbox_id`: persist the mapping, then personalise."""
         record = dataclasses.replace(
             entry.record, sandbox_id=spec.sandbox_id, env=dict(spec.env), network=spec.network
         )
-        self._save(entry, record)
-        self._sandboxes[spec.sandbox_id] = entry
+        self._host.save(entry, record)
+        self._host.sandboxes[spec.sandbox_id] = entry
         try:
             await entry.personalise()
-            await self._egress.claim(entry.record.slot, spec.network, spec.sandbox_id)
+            await self._host.egress.claim(entry.record.slot, spec.network, spec.sandbox_id)
         except BaseException:
-            await self.destroy_sandbox(spec.sandbox_id)
+            await self._host.destroy(spec.sandbox_id)
             raise
         return entry.observation()
 
-    async def _fill_warm(self: NodeInternals, template: str) -> Sandbox:
+    async def fill_warm(self, template: str) -> Sandbox:
         """One more warm VM: restored from the base snapshot, owned by no sandbox yet."""
-        records, _ = self._ready()
-        image = await self._template(template)
+        host = self._host
+        records, _ = host.ready()
+        image = await self._templates.image(template)
         slot = f"w{secrets.token_hex(5)}"
         record = SandboxRecord("", template, image.digest, WARM_MEMORY_MIB, WARM_VCPUS, slot=slot)
         record.save(records.directory(slot))
         sandbox = Sandbox(record)
         try:
             base = await self._base_snapshot(image, record)
-            network = await asyncio.to_thread(self._net.create, slot)
-            await self._egress.attach(slot, network, None)  # no network until claimed
-            await self._restore(sandbox, network, base)
+            network = await asyncio.to_thread(host.net.create, slot)
+            await host.egress.attach(slot, network, None)  # no network until claimed
+            await self.restore(sandbox, network, base)
             assert sandbox.agent is not None
-            await self._egress.trust(slot, sandbox.agent)
+            await host.egress.trust(slot, sandbox.agent)
         except BaseException:
-            await self._teardown(slot, sandbox)
+            await host.teardown(slot, sandbox)
             raise
         return sandbox
 
-    async def _restore(
-        self: NodeInternals, sandbox: Sandbox, network: SandboxNetwork, snapshot: Path
-    ) -> None:
-        snapshotter = self._ready_snapshotter()
+    async def restore(self, sandbox: Sandbox, network: SandboxNetwork, snapshot: Path) -> None:
+        snapshotter = self._host.ready_snapshotter()
         boot = snapshotter.boot_files(snapshot)
-        vm = await snapshotter.start_from(snapshot, self._vm_config(sandbox.record, network, boot))
+        config = self._host.vm_config(sandbox.record, network, boot)
+        vm = await snapshotter.start_from(snapshot, config)
         sandbox.watch(vm)
         try:
             await sandbox.connect_agent()
@@ -91,37 +135,34 @@ class ProvisionMixin:
         await sandbox.personalise()
         sandbox.state = "running"
 
-    async def _base_snapshot(
-        self: NodeInternals, image: TemplateImage, record: SandboxRecord
-    ) -> Path:
+    async def _base_snapshot(self, image: TemplateImage, record: SandboxRecord) -> Path:
         """The template's base snapshot (a booted VM with its agent ready), made once."""
-        guest = self._ready_guest()
+        guest = self._host.ready_guest()
         key = (
             f"base{BASE_LAYOUT}-{image.name}-{image.digest[:12]}-{guest.digest[:12]}"
             f"-{record.memory_mib}m{record.vcpus}c"
         )
         async with self._bases_lock:
-            snapshot = self._ready_snapshotter().store.latest(key)
+            snapshot = self._host.ready_snapshotter().store.latest(key)
             if snapshot is None:
                 snapshot = await self._build_base(key, image, record)
         return snapshot
 
-    async def _build_base(
-        self: NodeInternals, key: str, image: TemplateImage, template: SandboxRecord
-    ) -> Path:
-        _, importer = self._ready()
-        snapshotter = self._ready_snapshotter()
+    async def _build_base(self, key: str, image: TemplateImage, template: SandboxRecord) -> Path:
+        host = self._host
+        _, importer = host.ready()
+        snapshotter = host.ready_snapshotter()
         vm_id = f"base{secrets.token_hex(4)}"
         record = dataclasses.replace(template, sandbox_id=vm_id, slot=vm_id, env={})
-        self._scratch.mkdir(parents=True, exist_ok=True)
-        disk = self._scratch / f"{vm_id}.ext4"
-        memory = self._scratch / f"{vm_id}.memory"
+        host.scratch.mkdir(parents=True, exist_ok=True)
+        disk = host.scratch / f"{vm_id}.ext4"
+        memory = host.scratch / f"{vm_id}.memory"
         log.info("building base snapshot %s", key)
-        network = await asyncio.to_thread(self._net.create, vm_id)
+        network = await asyncio.to_thread(host.net.create, vm_id)
         try:
             await importer.clone_disk(await importer.pooled(image.rootfs, image.digest), disk)
             config = dataclasses.replace(
-                self._vm_config(record, network),
+                host.vm_config(record, network),
                 root_disk=disk,
                 memory_file=memory,
                 memory_shared=True,
@@ -134,8 +175,8 @@ class ProvisionMixin:
             finally:
                 await snapshotter.driver.stop(vm)
         finally:
-            await asyncio.to_thread(self._net.delete, vm_id)
-            shutil.rmtree(self.run_dir / vm_id, ignore_errors=True)
+            await asyncio.to_thread(host.net.delete, vm_id)
+            shutil.rmtree(host.run_dir / vm_id, ignore_errors=True)
             disk.unlink(missing_ok=True)
             memory.unlink(missing_ok=True)
 

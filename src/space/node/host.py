@@ -1,0 +1,190 @@
+"""`NodeHost`: what every node service shares on this host.
+
+The storage pool and its records, the template importer, the guest artifacts, the
+VMM driver and the snapshotter come up in `open()` (they need the host: loop
+mounts, builds, `/dev/kvm`); the network manager and egress are handed in. The
+sandboxes this node holds live in `sandboxes`, keyed by sandbox id. Besides the
+resources, the host knows the steps every service takes the same way: the VM
+config of a record, saving a record, tearing a slot down, rejoining the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from space.node.agent import AgentClient
+from space.node.images import TemplateImporter
+from space.node.network.egress import Egress
+from space.node.network.netns import NetworkManager, SandboxNetwork
+from space.node.records import RecordStore, SandboxRecord
+from space.node.sandbox import Sandbox
+from space.node.snapshotting import BootFiles, Snapshotter
+from space.node.storage.pool import ensure_pool
+from space.node.storage.snapshots import LocalSnapshotStore
+from space.node.templates import GuestArtifacts, Progress, build_guest
+from space.node.vmm.base import NetworkAttachment, VmConfig, VmmDriver
+from space.private import private_dir
+from space.seam.errors import SandboxNotFound, SandboxUnavailable
+
+DriverMaker = Callable[[], VmmDriver]
+
+
+class NodeHost:
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        cache_dir: Path,
+        run_dir: Path,
+        pool_size: str,
+        net: NetworkManager,
+        egress: Egress,
+        driver: DriverMaker,
+        progress: Progress | None = None,
+        console_log_bytes: int = 4 << 20,
+    ) -> None:
+        self.data_dir = data_dir
+        self.cache_dir = cache_dir
+        self.run_dir = run_dir
+        self.net = net
+        self.egress = egress
+        self.sandboxes: dict[str, Sandbox] = {}
+        self._pool_size = pool_size
+        self._make_driver = driver
+        self._progress = progress
+        self._console_log_bytes = console_log_bytes
+        self._records: RecordStore | None = None
+        self._importer: TemplateImporter | None = None
+        self._guest: GuestArtifacts | None = None
+        self._driver: VmmDriver | None = None
+        self._snapshotter: Snapshotter | None = None
+
+    async def open(self) -> None:
+        pool = await asyncio.to_thread(ensure_pool, self.data_dir, self._pool_size)
+        self._records = RecordStore(pool.sandboxes)
+        self._importer = TemplateImporter(pool)
+        self._guest = await asyncio.to_thread(build_guest, self.cache_dir, self._progress)
+        self._driver = self._make_driver()
+        store = LocalSnapshotStore(pool.root / "snapshots")
+        self._snapshotter = Snapshotter(self._driver, store, self._importer)
+        private_dir(self.run_dir)  # QMP and agent sockets, consoles
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    async def aclose(self) -> None:
+        """Let go of every sandbox's VM (it keeps running), then of egress and the driver."""
+        for sandbox in self.sandboxes.values():
+            await sandbox.close()
+            if sandbox.vm is not None:
+                await self.ready_driver().release(sandbox.vm)
+        self.sandboxes.clear()
+        await self.egress.close()
+        if self._driver is not None:
+            self._driver.close()
+
+    async def destroy(self, sandbox_id: str) -> None:
+        records, _ = self.ready()
+        sandbox = self.sandboxes.pop(sandbox_id, None)
+        slot = sandbox.record.slot if sandbox is not None else sandbox_id
+        directory = records.directory(slot)
+        if sandbox is not None and directory.exists():
+            sandbox.record.marked_deleting().save(directory)
+        await self.teardown(slot, sandbox)
+
+    def vm_config(
+        self, record: SandboxRecord, network: SandboxNetwork, boot: BootFiles | None = None
+    ) -> VmConfig:
+        records, _ = self.ready()
+        files = boot or BootFiles.of(self.ready_guest())
+        cmdline = (
+            f"console=ttyS0 quiet panic=-1 {network.kernel_args()} "
+            f"space.hostname={record.sandbox_id or record.slot}"
+        )
+        return VmConfig(
+            vm_id=record.slot,
+            run_dir=self.run_dir / record.slot,
+            kernel=files.kernel,
+            initramfs=files.initramfs,
+            cmdline=cmdline,
+            root_disk=records.disk(record.slot),
+            agent_disk=files.agent_disk,
+            memory_mib=record.memory_mib,
+            vcpus=record.vcpus,
+            network=NetworkAttachment(network.netns, network.tap, network.guest_mac),
+            console_log_bytes=self._console_log_bytes,
+        )
+
+    async def teardown(self, slot: str, sandbox: Sandbox | None) -> None:
+        """Remove every host resource of a sandbox; safe to repeat after a crash."""
+        driver = self.ready_driver()
+        records, _ = self.ready()
+        if sandbox is not None:
+            await sandbox.close()
+        vm = sandbox.vm if sandbox is not None else None
+        if vm is None and (records.directory(slot) / "record.json").exists():
+            record = SandboxRecord.restore(records.directory(slot))
+            vm = await driver.adopt(self.vm_config(record, SandboxNetwork("")))
+        if vm is not None:
+            await driver.stop(vm)
+        await self.egress.detach(slot)
+        await asyncio.to_thread(self.net.delete, slot)
+        shutil.rmtree(self.run_dir / slot, ignore_errors=True)
+        self.ready_snapshotter().store.remove(slot)
+        records.remove(slot)
+
+    async def rejoin_gateway(self, sandbox: Sandbox) -> None:
+        """Serve a restored or adopted sandbox again: its namespace, its policy, a CA it trusts."""
+        slot = sandbox.record.slot
+        new_ca = await self.egress.reattach(slot, SandboxNetwork(self.net.netns_name(slot)))
+        await self.egress.set_policy(slot, sandbox.record.network)
+        if new_ca and sandbox.agent is not None:
+            await self.egress.trust(slot, sandbox.agent)
+
+    def save(self, sandbox: Sandbox, record: SandboxRecord) -> None:
+        records, _ = self.ready()
+        record.save(records.directory(record.slot))
+        sandbox.record = record
+
+    @property
+    def scratch(self) -> Path:
+        return self.data_dir / "pool" / "scratch"
+
+    def sandbox(self, sandbox_id: str) -> Sandbox:
+        try:
+            return self.sandboxes[sandbox_id]
+        except KeyError:
+            raise SandboxNotFound(sandbox_id) from None
+
+    def running(self, sandbox_id: str) -> Sandbox:
+        sandbox = self.sandbox(sandbox_id)
+        if sandbox.state != "running" or sandbox.agent is None:
+            raise SandboxUnavailable(sandbox_id, sandbox.state, sandbox.reason)
+        return sandbox
+
+    def agent(self, sandbox_id: str) -> AgentClient:
+        """The agent of a running sandbox."""
+        agent = self.running(sandbox_id).agent
+        assert agent is not None
+        return agent
+
+    def ready(self) -> tuple[RecordStore, TemplateImporter]:
+        if self._records is None or self._importer is None:
+            raise RuntimeError("LocalNode.open() has not run")
+        return self._records, self._importer
+
+    def ready_driver(self) -> VmmDriver:
+        if self._driver is None:
+            raise RuntimeError("LocalNode.open() has not run")
+        return self._driver
+
+    def ready_snapshotter(self) -> Snapshotter:
+        if self._snapshotter is None:
+            raise RuntimeError("LocalNode.open() has not run")
+        return self._snapshotter
+
+    def ready_guest(self) -> GuestArtifacts:
+        if self._guest is None:
+            raise RuntimeError("LocalNode.open() has not run")
+        return self._guest
