@@ -163,6 +163,7 @@ def _local_node(settings: Settings) -> LocalNode:
             io_iops_per_vcpu=vmm.io_iops_per_vcpu,
         ),
         console_log_bytes=settings.output.console_log_bytes,
+        vmm=vmm.driver,
     )
 
 
@@ -180,11 +181,11 @@ def local_node(
     egress: EgressConfig | None = None,
     jail: JailConfig | None = None,
     console_log_bytes: int = 4 << 20,
+    vmm: str = "qemu",
 ) -> LocalNode:
     """This host's node worker wired from its services: the one place a `LocalNode` is
-    built (the servers' composition root; tests and benchmarks build theirs here too)."""
-    from functools import partial
-
+    built (the servers' composition root; tests and benchmarks build theirs here too).
+    VmmUnavailable if the `vmm` driver (SPACE_VMM) cannot run on this host."""
     from space.node.agentops import AgentOps
     from space.node.catalog import TemplateCatalog
     from space.node.host import NodeHost
@@ -193,10 +194,11 @@ def local_node(
     from space.node.network.netns import NetworkManager
     from space.node.provision import Provisioning
     from space.node.recovery import Recovery
-    from space.node.vmm.factory import make_driver
+    from space.node.vmm.factory import driver_maker
     from space.node.vmm.jail import JailConfig
     from space.node.warm import WarmPools
 
+    driver = driver_maker(vmm, accel=accel, jail=jail or JailConfig(), run_dir=run_dir)
     host = NodeHost(
         data_dir=data_dir,
         cache_dir=cache_dir,
@@ -204,7 +206,7 @@ def local_node(
         pool_size=pool_size,
         net=NetworkManager(net_prefix),
         egress=Egress(egress, name=net_prefix),
-        driver=partial(make_driver, accel, jail or JailConfig(), run_dir),
+        driver=driver,
         progress=progress,
         console_log_bytes=console_log_bytes,
     )

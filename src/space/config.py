@@ -220,12 +220,17 @@ class QuotaConfig(BaseSettings):
 
 
 class VmmConfig(BaseSettings):
-    """VMM confinement (`SPACE_VMM_*`): each VM's own uid from `uid_base` on, its cgroup's
-    limits (`memory_overhead_mib` on top of the sandbox's memory, `pids_max`, io per vCPU),
-    `cgroups` = `auto` (v2 if mounted with its controllers, else v1), `v1` or `v2`."""
+    """The VMM driver (`SPACE_VMM`: `qemu`, the default, or `firecracker`, which needs a
+    `firecracker` binary on PATH) and its confinement (`SPACE_VMM_*`): each VM's own uid
+    from `uid_base` on, its cgroup's limits (`memory_overhead_mib` on top of the sandbox's
+    memory, `pids_max`, io per vCPU), `cgroups` = `auto` (v2 if mounted with its
+    controllers, else v1), `v1` or `v2`."""
 
-    model_config = SettingsConfigDict(env_prefix="SPACE_VMM_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SPACE_VMM_", extra="ignore", populate_by_name=True
+    )
 
+    driver: Literal["qemu", "firecracker"] = Field(default="qemu", validation_alias="SPACE_VMM")
     confine: bool = True
     uid_base: int = Field(default=900_000_000, ge=1000, le=4_000_000_000)
     uid_count: int = Field(default=65_536, ge=1, le=1_000_000)
@@ -270,7 +275,7 @@ class Settings(BaseSettings):
     egress: EgressConfig = Field(default_factory=EgressConfig)
     keys: KeysConfig = Field(default_factory=KeysConfig)
     quotas: QuotaConfig = Field(default_factory=QuotaConfig)
-    vmm: VmmConfig = Field(default_factory=VmmConfig)
+    vmm: Annotated[VmmConfig, NoDecode] = Field(default_factory=VmmConfig)
     output: OutputLimitsConfig = Field(default_factory=OutputLimitsConfig)
 
     @field_validator("bootstrap_key")
@@ -282,6 +287,13 @@ class Settings(BaseSettings):
                 f"(got {len(value)}); generate one with `openssl rand -hex 24`"
             )
         return value
+
+    @field_validator("vmm", mode="before")
+    @classmethod
+    def _vmm_from_driver_name(cls, value: Any) -> Any:
+        """`SPACE_VMM` (the driver's name) is also this field's variable: a name here means
+        the VMM sub-config as the environment gives it (its `driver` reads `SPACE_VMM`)."""
+        return VmmConfig() if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:
