@@ -291,9 +291,12 @@ class Settings(BaseSettings):
     @field_validator("vmm", mode="before")
     @classmethod
     def _vmm_from_driver_name(cls, value: Any) -> Any:
-        """`SPACE_VMM` (the driver's name) is also this field's variable: a name here means
-        the VMM sub-config as the environment gives it (its `driver` reads `SPACE_VMM`)."""
-        return VmmConfig() if isinstance(value, str) else value
+        """`SPACE_VMM` (the driver's name) is also this field's variable: a name here is
+        the driver of a VMM sub-config whose other fields come from `SPACE_VMM_*`."""
+        if not isinstance(value, str):
+            return value
+        by_variable: dict[str, Any] = {"SPACE_VMM": value}  # errors then name the variable
+        return VmmConfig(**by_variable)
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:
