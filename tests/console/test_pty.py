@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Callable
 
 import httpx
 import pytest
 
 from space.api.routes.pty import SUBPROTOCOL
+from space.config import KeysConfig, Settings
 from tests.conftest import ServerThread
 from tests.console.wsclient import Rejected, WsClient
 from tests.control.fakes import FakeNode
@@ -18,6 +20,12 @@ from tests.control.fakes import FakeNode
 
 def key_protocol(key: str) -> str:
     return "bearer." + base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """Keys re-checked every 0.1 s, so a revocation shows at once."""
+    return settings.model_copy(update={"keys": KeysConfig(revocation_check=0.1)})
 
 
 @pytest.fixture
@@ -144,6 +152,23 @@ def test_a_text_frame_that_is_not_a_resize_closes_with_1003(
         client.close()
 
 
+def test_revoking_the_key_closes_the_terminal_with_1008(
+    server: ServerThread, sandbox: str, acme: str
+) -> None:
+    client = open_pty(server, sandbox, acme)
+    try:
+        client.send_bytes(b"x")
+        client.read_until(b"x")
+        headers = {"Authorization": f"Bearer {acme}"}
+        keys = httpx.get(f"{server.url}/v1/keys", headers=headers).json()["keys"]
+        (mine,) = [k for k in keys if acme.startswith(k["prefix"])]
+        revoked = httpx.delete(f"{server.url}/v1/keys/{mine['id']}", headers=headers)
+        assert revoked.status_code == 204
+        assert client.wait_closed() == 1008
+    finally:
+        client.close()
+
+
 def test_the_authorization_header_works_too(server: ServerThread, sandbox: str, acme: str) -> None:
     client = WsClient.connect(
         server.url,
@@ -159,8 +184,6 @@ def test_the_authorization_header_works_too(server: ServerThread, sandbox: str, 
 
 def wait_for(condition: Callable[[], object], timeout: float = 10.0) -> object:
     """Poll `condition` (a cheap read) until it is truthy."""
-    import time
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if value := condition():
