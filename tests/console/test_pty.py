@@ -141,6 +141,19 @@ def test_a_message_over_the_bound_closes_with_1009(
         client.close()
 
 
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("rows=0", "rows"), ("cols=1001", "cols"), ("rows=abc", "rows"), ("cmd=", "cmd")],
+)
+def test_an_out_of_bounds_size_or_command_is_a_422(
+    server: ServerThread, sandbox: str, acme: str, query: str, field: str
+) -> None:
+    with pytest.raises(Rejected) as refused:
+        open_pty(server, sandbox, acme, query)
+    assert refused.value.status == 422
+    assert refused.value.json()["error"]["field"] == field  # type: ignore[index]
+
+
 def test_a_text_frame_that_is_not_a_resize_closes_with_1003(
     server: ServerThread, sandbox: str, acme: str
 ) -> None:

@@ -7,9 +7,10 @@ the subprotocol `bearer.<base64url(key), unpadded>` offered beside `space.pty.v1
 A missing or wrong key, another org's sandbox or a sandbox that cannot run is
 refused before the handshake completes: HTTP 401/404/409 with the usual JSON error
 body (a server without the denial extension closes with 1008 instead).
+`?rows=&cols=` size the terminal (1..500, 1..1000) and `?cmd=` runs a command instead
+of the login shell (at most 4096 characters); out of bounds is a 422 naming the field.
 
-Once open (`?rows=&cols=` size the terminal, `?cmd=` runs a command instead of
-the login shell):
+Once open:
 - client -> server: binary frames are keyboard input; text frames are control
   messages, only `{"type": "resize", "rows": R, "cols": C}`;
 - server -> client: binary frames are terminal output; one text frame
@@ -28,9 +29,9 @@ import binascii
 import json
 import signal
 from collections.abc import Coroutine
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Query, WebSocket
+from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 from starlette.websockets import WebSocketDisconnect
@@ -58,10 +59,13 @@ LOGIN_SHELL = "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec 
 CLOSE_NORMAL, CLOSE_POLICY, CLOSE_UNSUPPORTED, CLOSE_TOO_BIG = 1000, 1008, 1003, 1009
 
 
+MAX_ROWS, MAX_COLS, MAX_CMD_CHARS = 500, 1000, 4096
+
+
 class Resize(BaseModel):
     type: str = Field(pattern="^resize$")
-    rows: int = Field(ge=1, le=500)
-    cols: int = Field(ge=1, le=1000)
+    rows: int = Field(ge=1, le=MAX_ROWS)
+    cols: int = Field(ge=1, le=MAX_COLS)
 
 
 class _Closed(Exception):
@@ -92,19 +96,21 @@ def offered_key(websocket: WebSocket) -> str | None:
 async def pty(
     websocket: WebSocket,
     sandbox_id: str,
-    rows: Annotated[int, Query(ge=1, le=500)] = 24,
-    cols: Annotated[int, Query(ge=1, le=1000)] = 80,
-    cmd: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
+    rows: str = "24",
+    cols: str = "80",
+    cmd: str | None = None,
 ) -> None:
     state: AppState = websocket.app.state.space
     try:
         principal, sandbox = _authorise(state, websocket, sandbox_id)
+        size = _checked_size(rows, cols)
+        _checked_cmd(cmd)
         await require_running(state, sandbox)
         slot = reserve_command(
             state.db, state.settings.quotas, sandbox.org_id, sandbox.id, {"pty": cmd or "shell"}
         )
     except ApiError as exc:
-        await _deny(websocket, exc.status, exc.code, exc.message)
+        await _deny(websocket, exc.status, exc.code, exc.message, exc.field)
         return
     except (NotFound, InvalidTransition, NodeUnavailable, NodeFailed, NodeError) as exc:
         status, code = _status_of(exc)
@@ -114,10 +120,28 @@ async def pty(
     try:
         with state.activity.hold(sandbox.id):
             _touch(state, sandbox.id)
-            exit_code = await _serve(state, websocket, principal, sandbox, (rows, cols), cmd)
+            exit_code = await _serve(state, websocket, principal, sandbox, size, cmd)
     finally:
         release_command(state.db, slot, exit_code)
         _touch(state, sandbox.id)
+
+
+def _checked_size(rows: str, cols: str) -> tuple[int, int]:
+    """The terminal's size; a 422 naming `rows`/`cols` unless 1..MAX_ROWS/MAX_COLS."""
+    size = []
+    for field, text, limit in (("rows", rows, MAX_ROWS), ("cols", cols, MAX_COLS)):
+        if not text.isdigit() or not 1 <= int(text) <= limit:
+            raise ApiError(422, "validation_error", f"{field}: an integer 1 to {limit}", field)
+        size.append(int(text))
+    return size[0], size[1]
+
+
+def _checked_cmd(cmd: str | None) -> None:
+    if cmd is None:
+        return
+    if not cmd or len(cmd) > MAX_CMD_CHARS or "\x00" in cmd:
+        message = f"cmd: 1 to {MAX_CMD_CHARS} characters, no NUL"
+        raise ApiError(422, "validation_error", message, "cmd")
 
 
 def _authorise(state: AppState, websocket: WebSocket, sandbox_id: str) -> tuple[Principal, Sandbox]:
@@ -141,9 +165,12 @@ def _status_of(exc: Exception) -> tuple[int, str]:
     return 502, "node_error"
 
 
-async def _deny(websocket: WebSocket, status: int, code: str, message: str) -> None:
+async def _deny(
+    websocket: WebSocket, status: int, code: str, message: str, field: str | None = None
+) -> None:
     if "websocket.http.response" in websocket.scope.get("extensions", {}):
-        await websocket.send_denial_response(JSONResponse(error_body(code, message), status))
+        body = error_body(code, message, field)
+        await websocket.send_denial_response(JSONResponse(body, status))
     else:
         await websocket.close(CLOSE_POLICY, f"{status} {code}")
 
