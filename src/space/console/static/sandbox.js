@@ -109,7 +109,6 @@ for (const button of document.querySelectorAll("[data-action]")) {
 }
 
 if (me) {
-  await guarded(refresh);
-  await guarded(refreshCommands);
+  await Promise.all([guarded(refresh), guarded(refreshCommands)]);
   setInterval(() => guarded(refresh), 5000);
 }

@@ -59,7 +59,6 @@ document.getElementById("create-form").addEventListener("submit", (event) => {
 });
 
 if (me) {
-  await guarded(loadTemplates);
-  await guarded(refresh);
+  await Promise.all([guarded(loadTemplates), guarded(refresh)]);
   setInterval(() => guarded(refresh), 5000);
 }
