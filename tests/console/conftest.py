@@ -71,8 +71,10 @@ def shots(request: pytest.FixtureRequest) -> Iterator[Shots]:
     taken = Shots(directory)
     yield taken
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"console screenshots ({len(taken.taken)}): {directory}")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(f"\nconsole screenshots ({len(taken.taken)}): {directory}")
 
 
 def login(page: Page, base_url: str, key: str) -> None:

@@ -7,6 +7,7 @@ is screenshotted (see `shots`)."""
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,6 +58,8 @@ def test_console_end_to_end(
     run_and_watch_the_stream(page, shots)
     pause_and_resume(page)
     terminal_echo(page, space.url, sandbox_id, shots)
+    page.goto(f"{space.url}/console/sandboxes/{sandbox_id}")  # leaving the terminal ends it
+    terminal_ended(space, sandbox_id)
     files_round_trip(page, space.url, sandbox_id, shots, tmp_path)
     other_pages(page, space.url, sandbox_id, shots)
     delete(page, space, sandbox_id, shots)
@@ -94,6 +97,19 @@ def terminal_echo(page: Page, base: str, sandbox_id: str, shots: Shots) -> None:
     expect(rows).to_contain_text("echo console-$((40+2))")  # the typed line, echoed
     expect(rows).to_contain_text("console-42")  # and what the shell made of it
     shots.take(page, "terminal")
+
+
+def terminal_ended(space: SpaceServer, sandbox_id: str) -> None:
+    """The terminal's shell ended with its socket: its quota slot is free again."""
+    deadline = time.monotonic() + 30
+    with space.client() as http:
+        while time.monotonic() < deadline:
+            listed = http.get(f"/console/api/sandboxes/{sandbox_id}/commands").json()
+            terminals = [c for c in listed["commands"] if "pty" in c["argv"]]
+            if terminals and all(c["state"] != "running" for c in terminals):
+                return
+            time.sleep(0.2)
+    raise AssertionError(f"the terminal's process still runs: {terminals}")
 
 
 def files_round_trip(page: Page, base: str, sandbox_id: str, shots: Shots, tmp_path: Path) -> None:
