@@ -6,16 +6,18 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
 
 from space.api.routes.pty import SUBPROTOCOL
 from space.config import KeysConfig, Settings
+from space.node.client import ProcessEvent
+from space.node.errors import NodeError
 from tests.conftest import ServerThread
 from tests.console.wsclient import Rejected, WsClient
-from tests.control.fakes import FakeNode
+from tests.control.fakes import FakeCommand, FakeNode
 
 
 def key_protocol(key: str) -> str:
@@ -178,6 +180,27 @@ def test_revoking_the_key_closes_the_terminal_with_1008(
         revoked = httpx.delete(f"{server.url}/v1/keys/{mine['id']}", headers=headers)
         assert revoked.status_code == 204
         assert client.wait_closed() == 1008
+    finally:
+        client.close()
+
+
+class LostOutput(FakeCommand):
+    async def events(self) -> AsyncIterator[ProcessEvent]:
+        yield ProcessEvent("stdout", b"before\n")
+        raise NodeError("the agent connection closed")
+
+
+def test_a_lost_process_closes_with_1011(
+    server: ServerThread, sandbox: str, acme: str, fake_node: FakeNode
+) -> None:
+    async def start_lost(*_args: object, **_kwargs: object) -> FakeCommand:
+        return LostOutput("cat")
+
+    fake_node.start_process = start_lost  # type: ignore[method-assign]
+    client = open_pty(server, sandbox, acme)
+    try:
+        client.read_until(b"before\n")
+        assert client.wait_closed() == 1011
     finally:
         client.close()
 

@@ -16,7 +16,8 @@ Once open:
 - server -> client: binary frames are terminal output; one text frame
   `{"type": "exit", "exit_code": N}` when the process ends, then close 1000.
 A message over `SPACE_CONSOLE_PTY_MESSAGE_BYTES` closes the socket with 1009, a
-malformed control message with 1003; a key revoked meanwhile closes it with 1008.
+malformed control message with 1003; a key revoked meanwhile closes it with 1008, a
+process whose output stream is lost (the VM stopped) with 1011.
 The process is a data-plane call (activity, a quota slot) and ends with the socket:
 its input closed and SIGHUP, then SIGKILL after `KILL_GRACE_SECONDS`.
 """
@@ -56,7 +57,13 @@ SUBPROTOCOL = "space.pty.v1"
 KEY_SUBPROTOCOL_PREFIX = "bearer."
 KILL_GRACE_SECONDS = 2.0
 LOGIN_SHELL = "if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi"
-CLOSE_NORMAL, CLOSE_POLICY, CLOSE_UNSUPPORTED, CLOSE_TOO_BIG = 1000, 1008, 1003, 1009
+CLOSE_NORMAL, CLOSE_UNSUPPORTED, CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_INTERNAL = (
+    1000,
+    1003,
+    1008,
+    1009,
+    1011,
+)
 
 
 MAX_ROWS, MAX_COLS, MAX_CMD_CHARS = 500, 1000, 4096
@@ -253,11 +260,15 @@ async def _relay_output(websocket: WebSocket, handle: CommandHandle) -> int | No
     the process's exit its code and a close."""
     exit_code: int | None = None
     connected = True
-    async for event in handle.events():
-        if event.kind == "exit":
-            exit_code = event.exit_code
-            break
-        connected = connected and await _sent(websocket.send_bytes(event.data))
+    try:
+        async for event in handle.events():
+            if event.kind == "exit":
+                exit_code = event.exit_code
+                break
+            connected = connected and await _sent(websocket.send_bytes(event.data))
+    except (NodeError, OSError) as exc:  # the VM stopped or the agent went away
+        await _close(websocket, CLOSE_INTERNAL, f"the sandbox's process was lost: {exc}"[:100])
+        return None
     message: dict[str, Any] = {"type": "exit", "exit_code": exit_code}
     if connected and await _sent(websocket.send_text(json.dumps(message))):
         await _close(websocket, CLOSE_NORMAL, "exited")
