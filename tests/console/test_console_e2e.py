@@ -1,11 +1,12 @@
 """Must show (issue 15, item 1): the console against `space up` and a real VM, driven in
 headless Chromium — log in, create a sandbox, run a command and watch its output
-stream, pause and resume, type in the terminal and see the echo, upload and download
+stream, pause/resume and suspend/restore, type in the terminal and see the echo, upload and download
 a file, look at templates, keys and the egress audit, delete the sandbox. Every page
 is screenshotted (see `shots`)."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -56,7 +57,7 @@ def test_console_end_to_end(
     shots.take(page, "sandbox")
 
     run_and_watch_the_stream(page, shots)
-    pause_and_resume(page)
+    power_buttons(page, shots)
     terminal_echo(page, space.url, sandbox_id, shots)
     page.goto(f"{space.url}/console/sandboxes/{sandbox_id}")  # leaving the terminal ends it
     terminal_ended(space, sandbox_id)
@@ -80,20 +81,27 @@ def run_and_watch_the_stream(page: Page, shots: Shots) -> None:
     shots.take(page, "command-exited")
 
 
-def pause_and_resume(page: Page) -> None:
+def power_buttons(page: Page, shots: Shots) -> None:
+    state = page.locator("[data-field=state]")
     page.click("[data-action=pause]")
-    expect(page.locator("[data-field=state]")).to_have_text("paused")
+    expect(state).to_have_text("paused")
     page.click("[data-action=resume]")
-    expect(page.locator("[data-field=state]")).to_have_text("running")
+    expect(state).to_have_text("running")
+    page.click("[data-action=suspend]")
+    expect(state).to_have_text("suspended", timeout=120_000)
+    shots.take(page, "sandbox-suspended")
+    page.click("[data-action=restore]")
+    expect(state).to_have_text("running", timeout=120_000)
 
 
 def terminal_echo(page: Page, base: str, sandbox_id: str, shots: Shots) -> None:
     page.click("#terminal-link")
     page.wait_for_url(f"{base}/console/sandboxes/{sandbox_id}/terminal")
     expect(page.locator("#terminal")).to_have_attribute("data-state", "open")
+    rows = page.locator("#terminal .xterm-rows")
+    expect(rows).to_contain_text(re.compile(r"[#$]"))  # the shell's prompt
     page.locator("#terminal").click()
     page.keyboard.type("echo console-$((40+2))\n")
-    rows = page.locator("#terminal .xterm-rows")
     expect(rows).to_contain_text("echo console-$((40+2))")  # the typed line, echoed
     expect(rows).to_contain_text("console-42")  # and what the shell made of it
     shots.take(page, "terminal")
