@@ -255,6 +255,17 @@ class OutputLimitsConfig(BaseSettings):
     exec_output_bytes: int = Field(default=16 * MIB, ge=1)
 
 
+class ConsoleConfig(BaseSettings):
+    """The web console and its terminal (`SPACE_CONSOLE_*`): where the vendored xterm.js
+    lives (`assets_dir`; default `<cache_dir>/console`, filled by scripts/bootstrap) and
+    the largest WebSocket message the PTY route accepts (`pty_message_bytes`)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_CONSOLE_", extra="ignore")
+
+    assets_dir: Path | None = None
+    pty_message_bytes: int = Field(default=64 * 1024, ge=1024, le=MIB)
+
+
 class Settings(BaseSettings):
     """Everything one SPACE process needs."""
 
@@ -277,6 +288,7 @@ class Settings(BaseSettings):
     quotas: QuotaConfig = Field(default_factory=QuotaConfig)
     vmm: Annotated[VmmConfig, NoDecode] = Field(default_factory=VmmConfig)
     output: OutputLimitsConfig = Field(default_factory=OutputLimitsConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
 
     @field_validator("bootstrap_key")
     @classmethod

@@ -14,10 +14,11 @@ from space.api.errors import install_error_handlers
 from space.api.hub import CommandHub
 from space.api.limits import RequestLimits
 from space.api.metrics import Metrics, MetricsMiddleware
-from space.api.routes import commands, files, keys, sandboxes, system
+from space.api.routes import commands, files, keys, pty, sandboxes, system
 from space.api.routes import lifecycle as power
 from space.api.state import AppState
 from space.config import Settings
+from space.console import routes as console
 from space.control.controller import Controller
 from space.control.expiry import Activity
 from space.control.waiter import DbWaiter, Lifecycle
@@ -66,7 +67,7 @@ def create_app(
     app.state.space = AppState(settings, db, node, lifecycle, hub, activity)
     app.state.metrics = metrics
     install_error_handlers(app)
-    for module in (sandboxes, commands, files, power, keys, system):
+    for module in (sandboxes, commands, files, power, keys, pty, system, console):
         app.include_router(module.router)
     e2b.install(app, e2b_front)
     app.add_middleware(
