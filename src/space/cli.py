@@ -29,7 +29,10 @@ from space.rlimits import raise_nofile
 from space.sdk import Sandbox, SandboxInfo, SpaceError, TransportError
 
 if TYPE_CHECKING:
+    from space.control.leader import Fence
+    from space.node.client import NodeClient
     from space.node.local import LocalNode
+    from space.store.db import Database
     from space.store.keys import KeyInfo
 
 log = logging.getLogger(__name__)
@@ -192,26 +195,50 @@ def cmd_controller(args: argparse.Namespace) -> int:
 
 async def _run_controller(settings: Settings) -> None:
     from space.api.bootstrap import open_database
-    from space.control.controller import Controller
+    from space.control.leader import Leadership
 
     db = open_database(settings)
     node = _local_node(settings)
     await node.start()
-    controller = Controller(
-        db=db, node=node, timeouts=settings.timeouts, config=settings.controller
-    )
-    err(f"space controller reconciling {settings.database_url.split('@')[-1]}")
-    controller.start()  # the reconciler and the idle/timeout sweep
+    leadership = Leadership(db=db, config=settings.cluster)
+    err(f"space controller {leadership.holder} over {settings.database_url.split('@')[-1]}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
+    leading = asyncio.ensure_future(
+        leadership.run(lambda fence: _reconcile(settings, db, node, fence))
+    )
+    stopping = asyncio.ensure_future(stop.wait())
     try:
-        await stop.wait()
+        await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        await controller.aclose()
+        for task in (leading, stopping):
+            task.cancel()
+        await asyncio.wait({leading, stopping})
         await node.close()
         db.dispose()
+    if leading.done() and not leading.cancelled():
+        leading.result()  # a failed reconciler ends the process (its supervisor restarts it)
+
+
+async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: Fence) -> None:
+    """One term of leadership: the reconciler and the idle/timeout sweep, fenced by the
+    lease, until the term ends (the task is cancelled)."""
+    from space.control.controller import Controller
+
+    controller = Controller(
+        db=db,
+        node=node,
+        timeouts=settings.timeouts,
+        config=settings.controller,
+        fence=fence.check,
+    )
+    controller.start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await controller.aclose()
 
 
 def cmd_node(_args: argparse.Namespace) -> int:
