@@ -93,10 +93,14 @@ def cmd_up(args: argparse.Namespace) -> int:
 async def _serve_with_node(settings: Settings) -> None:
     from space.api.app import create_app
     from space.api.bootstrap import open_database
+    from space.control.registry import keep_registered
 
     db = open_database(settings)
     node = _local_node(settings)
     await node.start()
+    registered = asyncio.ensure_future(
+        keep_registered(db, node, settings.cluster, settings.data_dir)
+    )
     with _signals_after_cleanup():
         try:
             app = create_app(
@@ -105,6 +109,8 @@ async def _serve_with_node(settings: Settings) -> None:
             _announce(settings)
             await _uvicorn(app, settings)
         finally:
+            registered.cancel()
+            await asyncio.wait({registered})
             await node.close()
             db.dispose()
             log.info("node closed; sandboxes' VMs left for adoption")
@@ -196,6 +202,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
 async def _run_controller(settings: Settings) -> None:
     from space.api.bootstrap import open_database
     from space.control.leader import Leadership
+    from space.control.registry import keep_registered
 
     db = open_database(settings)
     node = _local_node(settings)
@@ -210,12 +217,15 @@ async def _run_controller(settings: Settings) -> None:
         leadership.run(lambda fence: _reconcile(settings, db, node, fence))
     )
     stopping = asyncio.ensure_future(stop.wait())
+    registered = asyncio.ensure_future(
+        keep_registered(db, node, settings.cluster, settings.data_dir)
+    )
     try:
         await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (leading, stopping):
+        for task in (leading, stopping, registered):
             task.cancel()
-        await asyncio.wait({leading, stopping})
+        await asyncio.wait({leading, stopping, registered})
         await node.close()
         db.dispose()
     if leading.done() and not leading.cancelled():
@@ -224,8 +234,9 @@ async def _run_controller(settings: Settings) -> None:
 
 async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: Fence) -> None:
     """One term of leadership: the reconciler and the idle/timeout sweep, fenced by the
-    lease, until the term ends (the task is cancelled)."""
+    lease, and the lost-node detector, until the term ends (the task is cancelled)."""
     from space.control.controller import Controller
+    from space.control.registry import detect_lost_nodes
 
     controller = Controller(
         db=db,
@@ -236,7 +247,7 @@ async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: 
     )
     controller.start()
     try:
-        await asyncio.Event().wait()
+        await detect_lost_nodes(db, settings.cluster, fence.check)
     finally:
         await controller.aclose()
 
@@ -585,6 +596,9 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(revoke)
     _server_flags(revoke, listen=False)
 
+    from space.cli_nodes import register as register_nodes  # it builds on this module
+
+    register_nodes(sub)
     sandbox = sub.add_parser("sandbox", help="sandboxes (via SPACE_API_URL/SPACE_API_KEY)")
     sb = sandbox.add_subparsers(dest="sandbox_cmd", required=True)
     create = _command(sb, "create", cmd_sandbox_create, "create a sandbox and print its id")
