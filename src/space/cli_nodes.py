@@ -22,7 +22,7 @@ from space.store.nodes import NodeInfo, NodeRepo, NodeState
 VERBS = {
     "cordon": (NodeState.CORDONED, "keep new sandboxes off a node"),
     "uncordon": (NodeState.READY, "make a cordoned or draining node ready again"),
-    "drain": (NodeState.DRAINING, "mark a node draining: no new sandboxes, its sandboxes to move off"),
+    "drain": (NodeState.DRAINING, "mark a node draining: its sandboxes to move off"),
 }
 
 
