@@ -228,6 +228,17 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Database, Callable[[str], Controll
     database.drop()
 
 
+def leader_and_follower(
+    db: Database, one: ControllerProcess, two: ControllerProcess
+) -> tuple[ControllerProcess, ControllerProcess]:
+    """Whichever of two controllers started together took the lease, then the other,
+    once it waits for it."""
+    wait_for(lambda: one.holds(db) or two.holds(db), 60, "a controller to lead")
+    leader, follower = (one, two) if one.holds(db) else (two, one)
+    wait_for(lambda: "waits for the controller lease" in follower.log(), 60, "the other to wait")
+    return leader, follower
+
+
 def add_sandboxes(db: Database, count: int) -> list[str]:
     with db.session() as session:
         keys = KeyRepo(session)
@@ -260,10 +271,7 @@ def assert_each_created_once(node_dir: Path, ids: list[str]) -> None:
 @pytest.mark.scaleout
 def test_killing_the_leader_hands_over_within_seconds(cluster) -> None:  # type: ignore[no-untyped-def]
     db, spawn, node_dir = cluster
-    a = spawn("a")
-    wait_for(lambda: a.holds(db), 60, "controller a to lead")
-    b = spawn("b")
-    wait_for(lambda: "waits for the controller lease" in b.log(), 60, "controller b to wait")
+    a, b = leader_and_follower(db, spawn("one"), spawn("two"))
     ids = add_sandboxes(db, 12)
     wait_for(lambda: len(creates(node_dir)) >= 3, 60, "a to create some sandboxes")
 
@@ -290,10 +298,7 @@ def test_killing_the_leader_hands_over_within_seconds(cluster) -> None:  # type:
 @pytest.mark.scaleout
 def test_a_stopped_leader_that_wakes_up_deposed_does_not_act(cluster) -> None:  # type: ignore[no-untyped-def]
     db, spawn, node_dir = cluster
-    a = spawn("a")
-    wait_for(lambda: a.holds(db), 60, "controller a to lead")
-    b = spawn("b")
-    wait_for(lambda: "waits for the controller lease" in b.log(), 60, "controller b to wait")
+    a, b = leader_and_follower(db, spawn("one"), spawn("two"))
     ids = add_sandboxes(db, 12)
     wait_for(lambda: len(creates(node_dir)) >= 3, 60, "a to create some sandboxes")
 
