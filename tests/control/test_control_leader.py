@@ -12,6 +12,7 @@ import asyncio
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ from space.control.leader import LEASE, Fence, Leadership, NotLeader
 from space.store.db import Database, make_engine, upgrade
 from space.store.keys import KeyRepo
 from space.store.leases import LeaseInfo, LeaseRepo
+from space.store.nodes import Capacity, NodeRepo
 from space.store.sandboxes import NewSandbox, SandboxRepo
 from tests.pg import PgDatabase
 
@@ -213,6 +215,8 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Database, Callable[[str], Controll
         "SPACE_CLUSTER_RENEW_DEADLINE_SECONDS": str(FAST.renew_deadline_seconds),
         "SPACE_CLUSTER_RETRY_SECONDS": str(FAST.retry_seconds),
         "SPACE_TEST_CREATE_SECONDS": "0.4",
+        "SPACE_CLUSTER_HEARTBEAT_SECONDS": "0.5",
+        "SPACE_CLUSTER_LOST_AFTER_SECONDS": "30",
     }
     started: list[ControllerProcess] = []
 
@@ -226,6 +230,11 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Database, Callable[[str], Controll
         process.stop()
     db.dispose()
     database.drop()
+
+
+def registry(db: Database) -> dict[str, str]:
+    with db.session() as session:
+        return {node.name: node.state.value for node in NodeRepo(session).all()}
 
 
 def leader_and_follower(
@@ -271,9 +280,19 @@ def assert_each_created_once(node_dir: Path, ids: list[str]) -> None:
 @pytest.mark.scaleout
 def test_killing_the_leader_hands_over_within_seconds(cluster) -> None:  # type: ignore[no-untyped-def]
     db, spawn, node_dir = cluster
+    with db.session() as session:  # a node that fell silent an hour ago
+        nodes = NodeRepo(session)
+        nodes.heartbeat("ghost", "ghost:8090", Capacity(1, 0, 0, 0))
+        session.execute(text("UPDATE nodes SET heartbeat_at = now() - interval '1 hour'"))
     a, b = leader_and_follower(db, spawn("one"), spawn("two"))
     ids = add_sandboxes(db, 12)
     wait_for(lambda: len(creates(node_dir)) >= 3, 60, "a to create some sandboxes")
+    # Both controllers register the node they drive; the leader marks the silent one lost.
+    wait_for(
+        lambda: registry(db) == {socket.gethostname(): "ready", "ghost": "lost"},
+        30,
+        "the registry to show this host ready and the ghost lost",
+    )
 
     a.proc.send_signal(signal.SIGKILL)
     killed = time.monotonic()
