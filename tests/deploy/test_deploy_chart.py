@@ -4,6 +4,7 @@ rendered object validates against the Kubernetes schemas (offline, kubernetes-va
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+
+from space.config import Settings
 
 pytestmark = pytest.mark.scaleout
 
@@ -157,3 +160,32 @@ def test_kind_workers_carry_what_the_node_daemonset_needs() -> None:
         assert selector.items() <= worker["labels"].items()
         mounted = {m["containerPath"] for m in worker["extraMounts"]}
         assert {"/dev/kvm", "/dev/net/tun", "/dev/loop-control"} <= mounted
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_each_components_environment_is_valid_settings(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the chart sets is what `Settings` reads (names, JSON, bounds, ordering)."""
+    docs = render(*VALUES[name])
+    workloads = {
+        "api": by_kind(docs, "Deployment", "api"),
+        "controller": by_kind(docs, "Deployment", "controller"),
+        "node": by_kind(docs, "DaemonSet", "node"),
+    }
+    for component, workload in workloads.items():
+        with monkeypatch.context() as patch:
+            for key in [k for k in os.environ if k.startswith("SPACE_")]:
+                patch.delenv(key)
+            for key, value in env(workload).items():
+                if isinstance(value, str):
+                    patch.setenv(key, value)
+            settings = Settings()
+        assert settings.data_dir == Path("/var/lib/space"), component
+        if component == "node":
+            warm = json.loads(env(workload)["SPACE_NODE_WARM_POOL"])
+            assert settings.node.warm_pool == warm
+            assert settings.accel in ("auto", "kvm", "tcg")
+        if component == "controller":
+            election = env(workload)
+            assert settings.cluster.lease_seconds == float(election["SPACE_CLUSTER_LEASE_SECONDS"])
