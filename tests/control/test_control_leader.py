@@ -321,7 +321,12 @@ def test_a_stopped_leader_that_wakes_up_deposed_does_not_act(cluster) -> None:  
     ids = add_sandboxes(db, 12)
     wait_for(lambda: len(creates(node_dir)) >= 3, 60, "a to create some sandboxes")
 
-    os.kill(a.pid, signal.SIGSTOP)  # mid-create: a keeps its connections and believes it leads
+    # Stop a just after a create reached the node, while it waits for the VM (not inside
+    # a transaction, whose row lock would hold b up until a wakes): a keeps its
+    # connections and believes it leads.
+    sent = len(creates(node_dir))
+    wait_for(lambda: len(creates(node_dir)) > sent, 30, "a to send another create")
+    os.kill(a.pid, signal.SIGSTOP)
     by_a = len(creates(node_dir))
     wait_for(lambda: b.holds(db), FAST.lease_seconds + 10, "controller b to take over")
     wait_for(lambda: states(db, ids) == Counter(running=len(ids)), 60, "every sandbox running")
