@@ -29,10 +29,13 @@ from space.rlimits import raise_nofile
 from space.sdk import Sandbox, SandboxInfo, SpaceError, TransportError
 
 if TYPE_CHECKING:
+    from space.control.leader import Fence
     from space.node.local import LocalNode
     from space.node.network.egress import EgressConfig
     from space.node.templates import Progress
     from space.node.vmm.jail import JailConfig
+    from space.seam.protocol import NodeClient
+    from space.store.db import Database
     from space.store.keys import KeyInfo
 
 log = logging.getLogger(__name__)
@@ -93,10 +96,14 @@ def cmd_up(args: argparse.Namespace) -> int:
 async def _serve_with_node(settings: Settings) -> None:
     from space.api.app import create_app
     from space.api.bootstrap import open_database
+    from space.control.registry import keep_registered
 
     db = open_database(settings)
     node = _local_node(settings)
     await node.open()
+    registered = asyncio.ensure_future(
+        keep_registered(db, node, settings.cluster, settings.data_dir)
+    )
     with _signals_after_cleanup():
         try:
             app = create_app(
@@ -105,6 +112,8 @@ async def _serve_with_node(settings: Settings) -> None:
             _announce(settings)
             await _uvicorn(app, settings)
         finally:
+            registered.cancel()
+            await asyncio.wait({registered})
             await node.aclose()
             db.dispose()
             log.info("node closed; sandboxes' VMs left for adoption")
@@ -250,26 +259,55 @@ def cmd_controller(args: argparse.Namespace) -> int:
 
 async def _run_controller(settings: Settings) -> None:
     from space.api.bootstrap import open_database
-    from space.control.controller import Controller
+    from space.control.leader import Leadership
+    from space.control.registry import keep_registered
 
     db = open_database(settings)
     node = _local_node(settings)
     await node.open()
-    controller = Controller(
-        db=db, node=node, timeouts=settings.timeouts, config=settings.controller
-    )
-    err(f"space controller reconciling {settings.database_url.split('@')[-1]}")
-    controller.start()  # the reconciler and the idle/timeout sweep
+    leadership = Leadership(db=db, config=settings.cluster)
+    err(f"space controller {leadership.holder} over {settings.database_url.split('@')[-1]}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
+    leading = asyncio.ensure_future(
+        leadership.run(lambda fence: _reconcile(settings, db, node, fence))
+    )
+    stopping = asyncio.ensure_future(stop.wait())
+    registered = asyncio.ensure_future(
+        keep_registered(db, node, settings.cluster, settings.data_dir)
+    )
     try:
-        await stop.wait()
+        await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        await controller.aclose()
+        for task in (leading, stopping, registered):
+            task.cancel()
+        await asyncio.wait({leading, stopping, registered})
         await node.aclose()
         db.dispose()
+    if leading.done() and not leading.cancelled():
+        leading.result()  # a failed reconciler ends the process (its supervisor restarts it)
+
+
+async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: Fence) -> None:
+    """One term of leadership: the reconciler and the idle/timeout sweep, fenced by the
+    lease, and the lost-node detector, until the term ends (the task is cancelled)."""
+    from space.control.controller import Controller
+    from space.control.registry import detect_lost_nodes
+
+    controller = Controller(
+        db=db,
+        node=node,
+        timeouts=settings.timeouts,
+        config=settings.controller,
+        fence=fence.check,
+    )
+    controller.start()
+    try:
+        await detect_lost_nodes(db, settings.cluster, fence.check)
+    finally:
+        await controller.aclose()
 
 
 def cmd_node(_args: argparse.Namespace) -> int:
@@ -616,6 +654,9 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(revoke)
     _server_flags(revoke, listen=False)
 
+    from space.cli_nodes import register as register_nodes  # it builds on this module
+
+    register_nodes(sub)
     sandbox = sub.add_parser("sandbox", help="sandboxes (via SPACE_API_URL/SPACE_API_KEY)")
     sb = sandbox.add_subparsers(dest="sandbox_cmd", required=True)
     create = _command(sb, "create", cmd_sandbox_create, "create a sandbox and print its id")

@@ -266,6 +266,38 @@ class ConsoleConfig(BaseSettings):
     pty_message_bytes: int = Field(default=64 * 1024, ge=1024, le=MIB)
 
 
+class ClusterConfig(BaseSettings):
+    """How this process takes part in a many-node deployment (`SPACE_CLUSTER_*`).
+
+    Leader election: a controller holds the PostgreSQL lease for `lease_seconds`,
+    renews it every `retry_seconds` (also how often a follower tries to take it), and
+    stops acting once `renew_deadline_seconds` pass without a renewal, before anyone
+    else can take the lease. Node registry: a node reports itself as `node_name`
+    (default: the host name) at `node_address` every `heartbeat_seconds`; one silent
+    for `lost_after_seconds` is marked lost.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_CLUSTER_", extra="ignore")
+
+    lease_seconds: float = Field(default=15.0, gt=0)
+    renew_deadline_seconds: float = Field(default=10.0, gt=0)
+    retry_seconds: float = Field(default=2.0, gt=0)
+    node_name: str = Field(default="", max_length=253)
+    node_address: str = Field(default="", max_length=255)
+    heartbeat_seconds: float = Field(default=10.0, gt=0)
+    lost_after_seconds: float = Field(default=60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ClusterConfig:
+        if not self.retry_seconds < self.renew_deadline_seconds < self.lease_seconds:
+            raise ValueError(
+                "SPACE_CLUSTER_*: need retry_seconds < renew_deadline_seconds < lease_seconds"
+            )
+        if self.lost_after_seconds <= self.heartbeat_seconds:
+            raise ValueError("SPACE_CLUSTER_LOST_AFTER_SECONDS must exceed HEARTBEAT_SECONDS")
+        return self
+
+
 class Settings(BaseSettings):
     """Everything one SPACE process needs."""
 
@@ -289,6 +321,7 @@ class Settings(BaseSettings):
     vmm: Annotated[VmmConfig, NoDecode] = Field(default_factory=VmmConfig)
     output: OutputLimitsConfig = Field(default_factory=OutputLimitsConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @field_validator("bootstrap_key")
     @classmethod

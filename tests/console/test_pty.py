@@ -13,8 +13,8 @@ import pytest
 
 from space.api.routes.pty import SUBPROTOCOL
 from space.config import KeysConfig, Settings
-from space.node.client import ProcessEvent
-from space.node.errors import NodeError
+from space.seam.errors import NodeError
+from space.seam.values import ProcessEvent
 from tests.conftest import ServerThread
 from tests.console.wsclient import Rejected, WsClient
 from tests.control.fakes import FakeCommand, FakeNode

@@ -26,7 +26,7 @@ from space.api.deps import (
 )
 from space.api.errors import ApiError
 from space.api.routes.files import PathQuery, checked_path
-from space.node.client import SandboxSpec
+from space.seam.values import SandboxSpec
 from space.store.commands import CommandRepo
 
 router = APIRouter(prefix="/console/api", include_in_schema=False)

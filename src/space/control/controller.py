@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from space.config import ControllerConfig, TimeoutConfig
 from space.control.errors import NodeFailed
 from space.control.expiry import Activity, Expiry
+from space.control.leader import NotLeader
 from space.control.plan import Action, RowSnapshot, Verb, plan
 from space.control.tasks import run_periodically
 from space.seam.protocol import NodeClient
@@ -39,8 +40,13 @@ class Controller:
         timeouts: TimeoutConfig,
         config: ControllerConfig,
         activity: Activity | None = None,
+        fence: Callable[[], None] | None = None,
     ) -> None:
+        """`fence` raises `NotLeader` once this process may no longer act (a deposed
+        leader, `space.control.leader`); it is checked before every create, destroy
+        and state write."""
         self._db = db
+        self._fence = fence or _unfenced
         self._node = node
         self._timeouts = timeouts
         self._config = config
@@ -140,9 +146,12 @@ class Controller:
         try:
             async with asyncio.timeout(self._timeouts.create):
                 await self._clear_leftover(sandbox_id)
+                self._fence()
                 observed = await self._node.create_sandbox(spec)
             if observed.state != "running":
                 raise NodeFailed(_node_says(observed))
+        except NotLeader:
+            raise
         except Exception as exc:
             reason = f"create failed: {_describe(exc)}"
             log.warning("sandbox %s: %s", sandbox_id, reason)
@@ -168,6 +177,7 @@ class Controller:
         self._transition(sandbox_id, generation, SandboxState.DELETED, None)
 
     async def _destroy(self, sandbox_id: str) -> None:
+        self._fence()
         async with asyncio.timeout(self._timeouts.node_call):
             await self._node.destroy_sandbox(sandbox_id)
 
@@ -179,6 +189,7 @@ class Controller:
         self, sandbox_id: str, generation: int, to: SandboxState, reason: str | None
     ) -> None:
         """Apply a transition pinned to `generation`; a row that moved on is left alone."""
+        self._fence()
         try:
             with self._db.session() as session:
                 SandboxRepo(session).transition(
@@ -186,6 +197,10 @@ class Controller:
                 )
         except (StaleGeneration, NotFound) as exc:
             log.info("sandbox %s changed meanwhile, skipping %s: %s", sandbox_id, to, exc)
+
+
+def _unfenced() -> None:
+    """A controller that is the only one (`space up`, SQLite) may always act."""
 
 
 async def _call(op: Callable[[], Awaitable[None]]) -> None:

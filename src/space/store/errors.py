@@ -3,6 +3,7 @@
 StoreError
  ├── NotFound            the row does not exist (or is not visible to the caller)
  ├── InvalidTransition   the state machine forbids the requested change   (409)
+ ├── NodeStateRefused    a node cannot go to the requested registry state (`space nodes`)
  ├── StaleGeneration     the row changed since the caller read it         (409)
  └── NoLongerDue         an expiry lost to activity or a new deadline (never reaches the API)
 """
@@ -25,6 +26,14 @@ class InvalidTransition(StoreError):
     def __init__(self, sandbox_id: str, current: str, target: str) -> None:
         super().__init__(f"sandbox {sandbox_id} cannot go from {current!r} to {target!r}")
         self.sandbox_id = sandbox_id
+        self.current = current
+        self.target = target
+
+
+class NodeStateRefused(StoreError):
+    def __init__(self, name: str, current: str, target: str) -> None:
+        super().__init__(f"node {name} cannot go from {current!r} to {target!r}")
+        self.name = name
         self.current = current
         self.target = target
 

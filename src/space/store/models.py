@@ -112,3 +112,28 @@ class Command(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Node(Base):
+    """A host running `space node`: where it is, what it can hold, when it last spoke."""
+
+    __tablename__ = "nodes"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(253), unique=True)
+    address: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    capacity: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Lease(Base):
+    """A named lease (the controller's leadership): its holder, fencing term and expiry."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))
+    term: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)

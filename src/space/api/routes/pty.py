@@ -43,8 +43,9 @@ from space.api.quotas import release_command, reserve_command
 from space.api.revocation import KeyWatch
 from space.api.state import AppState
 from space.control.errors import NodeFailed, NodeUnavailable
-from space.node.client import CommandHandle, ExecRequest
-from space.node.errors import NodeError
+from space.seam.errors import NodeError
+from space.seam.protocol import CommandHandle
+from space.seam.values import ExecRequest
 from space.store.errors import InvalidTransition, NotFound
 from space.store.keys import KeyRepo, Principal
 from space.store.models import Sandbox

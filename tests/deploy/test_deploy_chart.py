@@ -1,0 +1,191 @@
+"""The Helm chart renders with the real `helm` for every shipped values file, and every
+rendered object validates against the Kubernetes schemas (offline, kubernetes-validate)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from space.config import Settings
+
+pytestmark = pytest.mark.scaleout
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "space"
+HELM = Path(sys.executable).with_name("helm")  # scripts/bootstrap installs it beside python
+KUBERNETES = "1.37.0"
+VALUES = {
+    "default": [],
+    "kind": [ROOT / "deploy" / "kind" / "values.yaml"],
+    "eks": [ROOT / "deploy" / "eks" / "values.yaml"],
+}
+
+
+def render(*values: Path, sets: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    assert HELM.is_file(), f"{HELM} is missing: run scripts/bootstrap"
+    args = [str(HELM), "template", "space", str(CHART), "--namespace", "space"]
+    for path in values:
+        args += ["--values", str(path)]
+    for item in sets:
+        args += ["--set", item]
+    rendered = subprocess.run(args, check=True, capture_output=True, text=True, timeout=60)
+    return [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str, component: str) -> dict[str, Any]:
+    (doc,) = [
+        d for d in docs if d["kind"] == kind and d["metadata"]["name"].endswith(f"-{component}")
+    ]
+    return doc
+
+
+def container(workload: dict[str, Any]) -> dict[str, Any]:
+    (only,) = workload["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+def env(workload: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container(workload)["env"]}
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_every_rendered_object_validates(name: str) -> None:
+    docs = render(*VALUES[name])
+    kinds = sorted(d["kind"] for d in docs)
+    for kind in ("DaemonSet", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service"):
+        assert kind in kinds, f"{name}: no {kind} rendered"
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+
+
+def test_the_validator_rejects_a_broken_object() -> None:
+    daemonset = by_kind(render(), "DaemonSet", "node")
+    container(daemonset)["privileged"] = True  # belongs in securityContext
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(daemonset, KUBERNETES, strict=True)
+
+
+def test_commands_probes_and_node_privileges() -> None:
+    docs = render()
+    api, controller = by_kind(docs, "Deployment", "api"), by_kind(docs, "Deployment", "controller")
+    node = by_kind(docs, "DaemonSet", "node")
+    assert container(api)["args"][:2] == ["space", "api"]
+    assert container(controller)["args"] == ["space", "controller"]
+    assert container(node)["args"][:2] == ["space", "node"]
+    for workload, port in ((api, "http"), (node, "node")):
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert container(workload)[probe]["httpGet"] == {"path": "/healthz", "port": port}
+    assert container(node)["securityContext"]["privileged"] is True
+    host = {v["name"]: v["hostPath"] for v in node["spec"]["template"]["spec"]["volumes"]}
+    assert host["dev-kvm"] == {"path": "/dev/kvm", "type": "CharDevice"}
+    assert host["dev-net-tun"] == {"path": "/dev/net/tun", "type": "CharDevice"}
+    assert host["dev-loop-control"]["path"] == "/dev/loop-control"
+    assert host["data"]["path"] == "/var/lib/space"
+    for workload in (api, controller, node):
+        assert env(workload)["SPACE_DATABASE_URL"] == {
+            "secretKeyRef": {"name": "space-postgresql", "key": "database-url"}
+        }
+        assert container(workload)["resources"]["requests"]
+        assert container(workload)["resources"]["limits"]
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_warm_pools_from_the_values_reach_the_node(name: str) -> None:
+    values: dict[str, Any] = {}
+    for path in VALUES[name]:
+        values = yaml.safe_load(path.read_text())
+    expected = values.get("node", {}).get("warmPools") or {"base": 2}
+    node = by_kind(render(*VALUES[name]), "DaemonSet", "node")
+    assert json.loads(env(node)["SPACE_NODE_WARM_POOL"]) == expected
+
+
+def test_warm_pools_and_probes_follow_overrides() -> None:
+    docs = render(
+        sets=(
+            "node.warmPools.python=5",
+            "api.readinessProbe.periodSeconds=2",
+            "node.livenessProbe.failureThreshold=9",
+        )
+    )
+    node = by_kind(docs, "DaemonSet", "node")
+    assert json.loads(env(node)["SPACE_NODE_WARM_POOL"]) == {"base": 2, "python": 5}
+    assert container(by_kind(docs, "Deployment", "api"))["readinessProbe"]["periodSeconds"] == 2
+    assert container(node)["livenessProbe"]["failureThreshold"] == 9
+
+
+def test_database_secret_existing_created_or_refused() -> None:
+    created = render(sets=("postgresql.existingSecret=", "postgresql.url=postgresql://h/db"))
+    secret = by_kind(created, "Secret", "postgresql")
+    assert secret["stringData"] == {"database-url": "postgresql://h/db"}
+    api = by_kind(created, "Deployment", "api")
+    assert env(api)["SPACE_DATABASE_URL"]["secretKeyRef"]["name"] == "space-postgresql"
+    assert not [d for d in render() if d["kind"] == "Secret"]
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        render(sets=("postgresql.existingSecret=",))
+    assert "postgresql.existingSecret" in refused.value.stderr
+
+
+def test_network_policies_fence_the_node() -> None:
+    docs = render()
+    node = by_kind(docs, "NetworkPolicy", "node")["spec"]
+    (ingress,) = node["ingress"]
+    components = sorted(
+        p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in ingress["from"]
+    )
+    assert components == ["api", "controller"]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": 8090}]
+    egress_ports = [rule.get("ports") for rule in node["egress"]]
+    assert [{"protocol": "TCP", "port": 5432}] in egress_ports
+    internet = node["egress"][-1]["to"][0]["ipBlock"]
+    assert "169.254.0.0/16" in internet["except"]
+    controller = by_kind(docs, "NetworkPolicy", "controller")["spec"]
+    assert "Ingress" in controller["policyTypes"] and not controller.get("ingress")
+
+
+def test_kind_workers_carry_what_the_node_daemonset_needs() -> None:
+    config = yaml.safe_load((ROOT / "deploy" / "kind" / "kind-config.yaml").read_text())
+    node = by_kind(render(*VALUES["kind"]), "DaemonSet", "node")
+    selector = node["spec"]["template"]["spec"]["nodeSelector"]
+    workers = [n for n in config["nodes"] if n["role"] == "worker"]
+    assert workers
+    for worker in workers:
+        assert selector.items() <= worker["labels"].items()
+        mounted = {m["containerPath"] for m in worker["extraMounts"]}
+        assert {"/dev/kvm", "/dev/net/tun", "/dev/loop-control"} <= mounted
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_each_components_environment_is_valid_settings(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the chart sets is what `Settings` reads (names, JSON, bounds, ordering)."""
+    docs = render(*VALUES[name])
+    workloads = {
+        "api": by_kind(docs, "Deployment", "api"),
+        "controller": by_kind(docs, "Deployment", "controller"),
+        "node": by_kind(docs, "DaemonSet", "node"),
+    }
+    for component, workload in workloads.items():
+        with monkeypatch.context() as patch:
+            for key in [k for k in os.environ if k.startswith("SPACE_")]:
+                patch.delenv(key)
+            for key, value in env(workload).items():
+                if isinstance(value, str):
+                    patch.setenv(key, value)
+            settings = Settings()
+        assert settings.data_dir == Path("/var/lib/space"), component
+        if component == "node":
+            warm = json.loads(env(workload)["SPACE_NODE_WARM_POOL"])
+            assert settings.node.warm_pool == warm
+            assert settings.accel in ("auto", "kvm", "tcg")
+        if component == "controller":
+            election = env(workload)
+            assert settings.cluster.lease_seconds == float(election["SPACE_CLUSTER_LEASE_SECONDS"])

@@ -1,0 +1,68 @@
+"""`space nodes ls|cordon|uncordon|drain`, straight on the database."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from space.cli import main
+from space.store.db import Database, make_engine, upgrade
+from space.store.nodes import Capacity, NodeRepo, WarmPool
+
+
+@pytest.fixture
+def registered(db_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Two nodes in the registry of `SPACE_DATABASE_URL`."""
+    monkeypatch.setenv("SPACE_DATABASE_URL", db_url)
+    monkeypatch.setenv("SPACE_BOOTSTRAP_KEY", "sk_test_nodes_cli_0123456789abcdef")
+    db = Database(make_engine(db_url))
+    upgrade(db.engine)
+    capacity = Capacity(16, 64 << 30, 900 << 30, 512 << 30, 4, {"base": WarmPool(2, 1)})
+    with db.session() as session:
+        for name in ("host-a", "host-b"):
+            NodeRepo(session).heartbeat(name, f"{name}:8090", capacity)
+    db.dispose()
+    return db_url
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, object]]:
+    assert main([*argv, "--json"]) == 0
+    result: list[dict[str, object]] = json.loads(capsys.readouterr().out)
+    return result
+
+
+def test_list_cordon_drain_uncordon(
+    registered: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = ["--data-dir", str(tmp_path)]
+    listed = run_json(capsys, "nodes", "ls", *data)
+    assert [(n["name"], n["state"], n["address"]) for n in listed] == [
+        ("host-a", "ready", "host-a:8090"),
+        ("host-b", "ready", "host-b:8090"),
+    ]
+    capacity = listed[0]["capacity"]
+    assert isinstance(capacity, dict)
+    assert capacity["warm_pools"] == {"base": {"target": 2, "ready": 1}}
+
+    assert [n["state"] for n in run_json(capsys, "nodes", "cordon", "host-a", *data)] == [
+        "cordoned"
+    ]
+    changed = run_json(capsys, "nodes", "drain", "host-a", "host-b", *data)
+    assert [n["state"] for n in changed] == ["draining", "draining"]
+    assert [n["state"] for n in run_json(capsys, "nodes", "uncordon", "host-b", *data)] == ["ready"]
+
+    assert main(["nodes", "ls", *data]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:3] == ["NAME", "ADDRESS", "STATE"]
+    assert table[1].split()[:4] == ["host-a", "host-a:8090", "draining", "16"]
+    assert "base=1/2" in table[1] and "ago" in table[1]
+    assert table[2].split()[2] == "ready"
+
+
+def test_an_unknown_node_is_an_error(
+    registered: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["nodes", "cordon", "nowhere", "--data-dir", str(tmp_path)]) == 1
+    assert "node 'nowhere' not found" in capsys.readouterr().err
