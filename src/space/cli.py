@@ -81,7 +81,15 @@ def prepare_server(args: argparse.Namespace) -> Settings:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    """API + controller + local node in one process."""
+    """API + controller + local node in one process, once the host passes `space doctor`'s
+    checks (without its boot-speed probe)."""
+    from space.doctor import failures, refusal, run_checks
+
+    settings = settings_from(args)
+    findings = run_checks(settings)
+    if failures(findings):
+        err(refusal(findings))
+        return 3
     settings = prepare_server(args)
     asyncio.run(_serve_with_node(settings))
     return 0
@@ -212,6 +220,19 @@ async def _run_controller(settings: Settings) -> None:
         await controller.aclose()
         await node.close()
         db.dispose()
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check this host for `space up`: 0 when it can run, 3 on a failed check."""
+    from space.doctor import failures, run_checks
+
+    findings = run_checks(settings_from(args), probe_boot=not args.no_boot_probe)
+    if args.json:
+        out(json.dumps([asdict(finding) for finding in findings]))
+    else:
+        rows = [(f.status.upper(), f.check, f.detail, f.fix) for f in findings]
+        table(rows, ["STATUS", "CHECK", "DETAIL", "FIX"])
+    return 3 if failures(findings) else 0
 
 
 def cmd_node(_args: argparse.Namespace) -> int:
@@ -539,6 +560,13 @@ def build_parser() -> argparse.ArgumentParser:
     _server_flags(_command(sub, "api", cmd_api, "an API replica (no node)"), listen=True)
     _server_flags(_command(sub, "controller", cmd_controller, "the reconciler"), listen=False)
     _command(sub, "node", cmd_node, "a node worker served over HTTP (not yet)")
+    doctor = _command(sub, "doctor", cmd_doctor, "check this host for `space up`")
+    doctor.add_argument(
+        "--no-boot-probe", action="store_true", help="skip booting the guest to time KVM vs TCG"
+    )
+    doctor.add_argument("--cache-dir", help="SPACE_CACHE_DIR")
+    _server_flags(doctor, listen=False)
+    _json_flag(doctor)
 
     keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_cmd", required=True)
     create_key = _command(keys, "create", cmd_keys_create, "make an API key")
