@@ -111,6 +111,10 @@ class CommandHub:
         async with asyncio.timeout(self._call_timeout):
             await self._handle(command_id).signal(signum)
 
+    async def resize(self, command_id: str, rows: int, cols: int) -> None:
+        async with asyncio.timeout(self._call_timeout):
+            await self._handle(command_id).resize(rows, cols)
+
     def discard(self, sandbox_id: str) -> None:
         """Remove the logs of a deleted sandbox (open writers keep their file handle)."""
         shutil.rmtree(self._log_dir / sandbox_id, ignore_errors=True)

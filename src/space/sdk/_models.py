@@ -83,8 +83,10 @@ def exec_body(
     cwd: str | None = None,
     stdin: str | None = None,
     timeout: float | None = None,
+    pty: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of `exec` and `commands`: a string is a shell command."""
+    """The JSON body of `exec` and `commands`: a string is a shell command; `pty` is
+    (rows, cols) of a terminal to run it on (commands only)."""
     body: dict[str, Any] = {"cmd": cmd} if isinstance(cmd, str) else {"args": list(cmd)}
     if env:
         body["env"] = env
@@ -94,4 +96,6 @@ def exec_body(
         body["stdin"] = stdin
     if timeout is not None:
         body["timeout"] = timeout
+    if pty is not None:
+        body["pty"] = {"rows": pty[0], "cols": pty[1]}
     return body

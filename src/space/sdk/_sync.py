@@ -25,6 +25,11 @@ def exec_timeout(options: dict[str, Any]) -> httpx.Timeout:
     return httpx.Timeout((options.get("timeout") or DEFAULT_EXEC_TIMEOUT) + EXEC_GRACE, connect=10)
 
 
+def idle_timeout(idle: float | None) -> httpx.Timeout:
+    """An event stream's timeout: `idle` seconds without a byte end it."""
+    return TIMEOUT if idle is None else httpx.Timeout(TIMEOUT.connect, read=idle)
+
+
 RECONNECT_ATTEMPTS = 5
 RECONNECT_DELAY = 0.5
 
@@ -75,13 +80,16 @@ class Command:
         self.id = command_id
         self._url = f"{base}/commands/{command_id}"
 
-    def events(self, last_event_id: int | None = None) -> Iterator[Event]:
-        """Its events until `exit`, reconnecting with `Last-Event-ID` if the stream breaks."""
+    def events(
+        self, last_event_id: int | None = None, *, idle: float | None = None
+    ) -> Iterator[Event]:
+        """Its events until `exit`, reconnecting with `Last-Event-ID` if the stream breaks;
+        with `idle`, also done once no event came for that many seconds (the output so far)."""
         last = last_event_id
         failures = 0
         while True:
             try:
-                for event in self._attach(last):
+                for event in self._attach(last, idle):
                     last, failures = event.id, 0
                     yield event
                     if event.kind == "exit":
@@ -93,14 +101,23 @@ class Command:
                     raise
                 time.sleep(RECONNECT_DELAY * failures)
 
-    def _attach(self, last: int | None) -> Iterator[Event]:
+    def _attach(self, last: int | None, idle: float | None) -> Iterator[Event]:
         headers = {"Last-Event-ID": str(last)} if last is not None else {}
         decoder = SSEDecoder()
-        with converted(), self._api.http.stream("GET", f"{self._url}/events", headers=headers) as r:
+        url, timeout = f"{self._url}/events", idle_timeout(idle)
+        with converted(), self._api.http.stream("GET", url, headers=headers, timeout=timeout) as r:
             raise_for(r)
-            for line in r.iter_lines():
-                if (event := decoder.feed(line)) is not None:
-                    yield event
+            try:
+                for line in r.iter_lines():
+                    if (event := decoder.feed(line)) is not None:
+                        yield event
+            except httpx.ReadTimeout:
+                if idle is None:
+                    raise
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Set a pty command's terminal size."""
+        self._api.call("POST", f"{self._url}/resize", json={"rows": rows, "cols": cols})
 
     def send_stdin(self, data: bytes, *, eof: bool = False) -> None:
         body = {"data": base64.b64encode(data).decode(), "eof": eof}
@@ -196,6 +213,10 @@ class Sandbox:
     def start(self, cmd: str | builtins.list[str], **options: Any) -> Command:
         response = self._api.call("POST", f"{self._base}/commands", json=exec_body(cmd, **options))
         return Command(self._api, self._base, response.json()["id"])
+
+    def command(self, command_id: str) -> Command:
+        """A command started earlier (by any client), to follow or drive."""
+        return Command(self._api, self._base, command_id)
 
     def stream(self, cmd: str | builtins.list[str], **options: Any) -> Iterator[Event]:
         """Start `cmd` and iterate over its events (reconnecting as needed)."""

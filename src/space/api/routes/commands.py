@@ -1,5 +1,5 @@
 """`POST .../exec`, `POST .../commands`, SSE `GET .../commands/{cid}/events`,
-`POST .../commands/{cid}/stdin` and `.../signal`."""
+`POST .../commands/{cid}/stdin`, `.../signal` and `.../resize` (a pty command's terminal)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from space.api.schemas import (
     CommandCreated,
     ExecBody,
     ExecOut,
+    PtySize,
     SignalBody,
     StdinBody,
     wire_bytes,
@@ -50,6 +51,7 @@ def to_request(body: ExecBody, max_timeout: float) -> ExecRequest:
         cwd=body.cwd,
         stdin=body.stdin.encode() if body.stdin is not None else None,
         timeout=body.timeout,
+        pty=(body.pty.rows, body.pty.cols) if body.pty is not None else None,
     )
 
 
@@ -58,6 +60,8 @@ async def exec_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) -
     """Run a command to completion and return its output: at most
     SPACE_LIMITS_EXEC_OUTPUT_BYTES of each stream; `stdout_dropped` /
     `stderr_dropped` (present only when non-zero) count the bytes past that."""
+    if body.pty is not None:
+        raise ApiError(422, "validation_error", "pty: only for `POST .../commands`", "pty")
     timeout = body.timeout or state.settings.timeouts.exec
     limit_bytes = state.settings.output.exec_output_bytes
     request = replace(
@@ -159,6 +163,16 @@ async def command_signal(
 ) -> Response:
     CommandRepo(session).get(sandbox.id, command_id)
     await state.commands.signal(command_id, _signum(body.signal))
+    return Response(status_code=204)
+
+
+@router.post("/commands/{command_id}/resize", status_code=204)
+async def command_resize(
+    command_id: str, body: PtySize, sandbox: DataPlaneDep, state: StateDep, session: SessionDep
+) -> Response:
+    """Set a pty command's terminal size (the process gets SIGWINCH)."""
+    CommandRepo(session).get(sandbox.id, command_id)
+    await state.commands.resize(command_id, body.rows, body.cols)
     return Response(status_code=204)
 
 
