@@ -141,3 +141,19 @@ def test_stream_reconnects_with_last_event_id(env: str) -> None:
         events = list(command.events())
     assert [e.id for e in events] == [1, 2, 3, 4, 5, 6]
     assert [r.headers.get("last-event-id") for r in flaky.requests[:2]] == [None, "2"]
+
+
+def test_pty_command_resize_and_attach(env: str) -> None:
+    with Sandbox.create() as sandbox:
+        command = sandbox.start("emit 1 0.2", pty=(24, 80))
+        command.resize(30, 100)
+        attached = sandbox.command(command.id)  # as `space logs` finds it
+        assert [e.data for e in attached.events(idle=5) if e.kind == "stdout"] == [b"line 0\n"]
+        with pytest.raises(ConflictError):  # it exited: no terminal to resize
+            command.resize(30, 100)
+        quiet = sandbox.start("wait")
+        assert list(sandbox.command(quiet.id).events(idle=0.3)) == []  # nothing so far
+        quiet.signal("TERM")
+        with pytest.raises(space.sdk.APIError) as bad:
+            sandbox.exec("echo x", pty=(24, 80))
+        assert (bad.value.status, bad.value.field) == (422, "pty")

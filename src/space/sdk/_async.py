@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import time
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
@@ -93,9 +94,13 @@ class AsyncCommand:
                     await r.aread()
                 raise_for(r)
                 try:
+                    quiet_since = time.monotonic()
                     async for line in r.aiter_lines():
                         if (event := decoder.feed(line)) is not None:
+                            quiet_since = time.monotonic()
                             yield event
+                        elif idle is not None and time.monotonic() - quiet_since >= idle:
+                            return  # only keep-alives for `idle` seconds
                 except httpx.ReadTimeout:
                     if idle is None:
                         raise

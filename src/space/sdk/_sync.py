@@ -108,9 +108,13 @@ class Command:
         with converted(), self._api.http.stream("GET", url, headers=headers, timeout=timeout) as r:
             raise_for(r)
             try:
+                quiet_since = time.monotonic()
                 for line in r.iter_lines():
                     if (event := decoder.feed(line)) is not None:
+                        quiet_since = time.monotonic()
                         yield event
+                    elif idle is not None and time.monotonic() - quiet_since >= idle:
+                        return  # only keep-alives for `idle` seconds
             except httpx.ReadTimeout:
                 if idle is None:
                     raise
