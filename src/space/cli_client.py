@@ -21,7 +21,7 @@ from typing import IO, Any
 
 from space.cli_output import ByteProgress, out, table
 from space.cli_shell import run_shell
-from space.sdk import Event, Sandbox, SandboxInfo
+from space.sdk import CommandInfo, Event, Sandbox, SandboxInfo
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -116,11 +116,38 @@ def _event_json(event: Event) -> dict[str, object]:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     """A command's output so far (replayed from the server's log); `-f` follows it to
-    its exit, whose code is ours."""
-    idle = None if args.follow else LOGS_IDLE_SECONDS
+    its exit, whose code is ours. Without a command id: the sandbox's commands (with
+    `-f`: the newest one, followed)."""
     with _connected(args.id) as sandbox:
-        events = sandbox.command(args.command_id).events(idle=idle)
-        return _print_events(events, args.json)
+        if args.command_id is None and not args.follow:
+            _show_commands(sandbox.commands(), args.json)
+            return 0
+        command_id = args.command_id or _newest(sandbox)
+        idle = None if args.follow else LOGS_IDLE_SECONDS
+        return _print_events(sandbox.command(command_id).events(idle=idle), args.json)
+
+
+def _newest(sandbox: Sandbox) -> str:
+    commands = sandbox.commands()
+    if not commands:
+        raise SystemExit(f"logs: {sandbox.id} has no commands")
+    return commands[0].id
+
+
+def _show_commands(commands: Sequence[CommandInfo], as_json: bool) -> None:
+    if as_json:
+        out(json.dumps([asdict(c) for c in commands]))
+        return
+    rows = [
+        (c.id, c.state, "" if c.exit_code is None else c.exit_code, c.created_at, _line(c.argv))
+        for c in commands
+    ]
+    table(rows, ["ID", "STATE", "EXIT", "STARTED", "COMMAND"])
+
+
+def _line(argv: dict[str, Any]) -> str:
+    text = argv.get("cmd") or " ".join(argv.get("args") or ())
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
@@ -241,7 +268,9 @@ def add_short_commands(sub: Any) -> None:
     copy.add_argument("dst")
     logs = _command(sub, "logs", cmd_logs, "a command's output (replayed); -f follows it")
     logs.add_argument("id")
-    logs.add_argument("command_id", help="the id `POST .../commands` answered")
+    logs.add_argument(
+        "command_id", nargs="?", help="default: list the commands (-f: follow the newest)"
+    )
     logs.add_argument("-f", "--follow", action="store_true", help="until the command exits")
     _json_flag(logs)
 

@@ -90,6 +90,10 @@ def test_logs_replays_and_follows_a_command(live: Live) -> None:
         assert (follower.returncode, stdout) == (4, b"one\ngot two\n")
         events = live.space("logs", "--json", live.sandbox_id, command.id).stdout.splitlines()
         assert json.loads(events[-1])["exit_code"] == 4
+        listed = json.loads(live.space("logs", "--json", live.sandbox_id).stdout)
+        assert {"id": command.id, "state": "exited", "exit_code": 4}.items() <= next(
+            c for c in listed if c["id"] == command.id
+        ).items()
     finally:
         sandbox.close()
 

@@ -148,6 +148,19 @@ class CommandCreated(BaseModel):
     id: str
 
 
+class CommandOut(BaseModel):
+    id: str
+    argv: dict[str, Any] = Field(description="`{cmd}` or `{args}` as started")
+    state: str = Field(description="running, exited, or lost (its server stopped)")
+    exit_code: int | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class CommandList(BaseModel):
+    commands: list[CommandOut]
+
+
 class StdinBody(Strict):
     data: str = Field(default="", max_length=MAX_STDIN_CHARS, description="base64 bytes to write")
     eof: bool = Field(default=False, description="close stdin after writing")

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from space.sdk._exceptions import TransportError, converted, raise_for
-from space.sdk._models import Connection, Event, ExecResult, SandboxInfo, exec_body
+from space.sdk._models import CommandInfo, Connection, Event, ExecResult, SandboxInfo, exec_body
 from space.sdk._sse import SSEDecoder
 from space.sdk._sync import (
     CREATE_TIMEOUT,
@@ -202,6 +202,11 @@ class AsyncSandbox:
         body = exec_body(cmd, **options)
         response = await self._api.call("POST", f"{self._base}/commands", json=body)
         return AsyncCommand(self._api, self._base, response.json()["id"])
+
+    async def commands(self) -> builtins.list[CommandInfo]:
+        """Its newest commands first (the server keeps at most 100 listed)."""
+        body = (await self._api.call("GET", f"{self._base}/commands")).json()
+        return [CommandInfo.from_json(item) for item in body["commands"]]
 
     def command(self, command_id: str) -> AsyncCommand:
         """A command started earlier (by any client), to follow or drive."""

@@ -32,6 +32,30 @@ class SandboxInfo:
 
 
 @dataclass(frozen=True)
+class CommandInfo:
+    """A command started in a sandbox: `argv` is `{"cmd": ...}` or `{"args": [...]}`;
+    `state` is running, exited or lost; times are ISO 8601."""
+
+    id: str
+    argv: dict[str, Any]
+    state: str
+    exit_code: int | None
+    created_at: str
+    finished_at: str | None
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> CommandInfo:
+        return cls(
+            id=body["id"],
+            argv=dict(body["argv"]),
+            state=body["state"],
+            exit_code=body.get("exit_code"),
+            created_at=body["created_at"],
+            finished_at=body.get("finished_at"),
+        )
+
+
+@dataclass(frozen=True)
 class ExecResult:
     exit_code: int
     stdout: str

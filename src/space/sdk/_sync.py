@@ -11,7 +11,7 @@ from typing import IO, Any, cast
 import httpx
 
 from space.sdk._exceptions import TransportError, converted, raise_for
-from space.sdk._models import Connection, Event, ExecResult, SandboxInfo, exec_body
+from space.sdk._models import CommandInfo, Connection, Event, ExecResult, SandboxInfo, exec_body
 from space.sdk._sse import SSEDecoder
 
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
@@ -217,6 +217,11 @@ class Sandbox:
     def start(self, cmd: str | builtins.list[str], **options: Any) -> Command:
         response = self._api.call("POST", f"{self._base}/commands", json=exec_body(cmd, **options))
         return Command(self._api, self._base, response.json()["id"])
+
+    def commands(self) -> builtins.list[CommandInfo]:
+        """Its newest commands first (the server keeps at most 100 listed)."""
+        body = (self._api.call("GET", f"{self._base}/commands")).json()
+        return [CommandInfo.from_json(item) for item in body["commands"]]
 
     def command(self, command_id: str) -> Command:
         """A command started earlier (by any client), to follow or drive."""

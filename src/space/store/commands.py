@@ -42,6 +42,16 @@ class CommandRepo:
             raise NotFound("command", command_id)
         return row
 
+    def newest(self, sandbox_id: str, limit: int) -> list[Command]:
+        """The sandbox's `limit` most recently started commands, newest first."""
+        query = (
+            select(Command)
+            .where(Command.sandbox_id == sandbox_id)
+            .order_by(Command.created_at.desc(), Command.id.desc())
+            .limit(limit)
+        )
+        return list(self.session.scalars(query))
+
     def running_sandbox_ids(self) -> set[str]:
         """Sandboxes with a command still running (never idle)."""
         query = select(Command.sandbox_id).where(Command.state == CommandState.RUNNING.value)

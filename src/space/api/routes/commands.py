@@ -1,5 +1,6 @@
-"""`POST .../exec`, `POST .../commands`, SSE `GET .../commands/{cid}/events`,
-`POST .../commands/{cid}/stdin`, `.../signal` and `.../resize` (a pty command's terminal)."""
+"""`POST .../exec`, `POST .../commands` (`GET`: the newest ones), SSE
+`GET .../commands/{cid}/events`, `POST .../commands/{cid}/stdin`, `.../signal` and
+`.../resize` (a pty command's terminal)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from space.api.revocation import KeyWatch
 from space.api.schemas import (
     MAX_COMMAND_WIRE_BYTES,
     CommandCreated,
+    CommandList,
+    CommandOut,
     ExecBody,
     ExecOut,
     PtySize,
@@ -34,6 +37,7 @@ from space.store.commands import CommandRepo
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["commands"])
 
 EXEC_GRACE_SECONDS = 5.0
+LISTED_COMMANDS = 100
 
 
 def to_request(body: ExecBody, max_timeout: float) -> ExecRequest:
@@ -111,6 +115,15 @@ async def start_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) 
     return CommandCreated(id=command_id)
 
 
+@router.get("/commands")
+async def list_commands(sandbox: DataPlaneDep, session: SessionDep) -> CommandList:
+    """The sandbox's newest commands first (at most `LISTED_COMMANDS`)."""
+    rows = CommandRepo(session).newest(sandbox.id, LISTED_COMMANDS)
+    return CommandList(
+        commands=[CommandOut.model_validate(row, from_attributes=True) for row in rows]
+    )
+
+
 def _cannot_start(body: ExecBody, exc: OSError) -> ApiError:
     """The sandbox refused the command (no such program or cwd, ...): the caller's 422."""
     field = "cwd" if body.cwd is not None and exc.filename == body.cwd else "cmd"
@@ -172,6 +185,8 @@ async def command_resize(
 ) -> Response:
     """Set a pty command's terminal size (the process gets SIGWINCH)."""
     CommandRepo(session).get(sandbox.id, command_id)
+    if not state.commands.has_terminal(command_id):
+        raise ApiError(409, "no_terminal", "the command was not started with `pty`", "command_id")
     await state.commands.resize(command_id, body.rows, body.cols)
     return Response(status_code=204)
 
