@@ -202,7 +202,7 @@ def _download(sandbox: Sandbox, path: str, target: Path) -> None:
     progress = ByteProgress(f"{sandbox.id}:{path} -> {target}", None)
     try:
         with os.fdopen(fd, "wb") as file:
-            sandbox.files.download(path, _CountingWriter(file, progress))  # type: ignore[arg-type]
+            sandbox.files.download(path, _CountingWriter(file, progress))
         progress.finish()
         os.chmod(partial, 0o666 & ~_umask())
         os.replace(partial, target)
@@ -223,9 +223,17 @@ def _remote(spec: str) -> tuple[str | None, str]:
     return None, spec
 
 
+POWER: dict[str, Callable[[Sandbox], SandboxInfo]] = {
+    "pause": Sandbox.pause,
+    "resume": Sandbox.resume,
+    "suspend": Sandbox.suspend,
+    "restore": Sandbox.restore,
+}
+
+
 def cmd_power(args: argparse.Namespace) -> int:
     with _connected(args.id) as sandbox:
-        info: SandboxInfo = getattr(sandbox, args.op)()
+        info = POWER[args.op](sandbox)
     out(json.dumps(asdict(info)) if args.json else f"{info.id} {info.state}")
     return 0
 
@@ -284,7 +292,7 @@ def add_sandbox_commands(sub: Any) -> None:
     create.add_argument("--timeout", type=int, help="lifetime in seconds")
     _json_flag(create)
     add_short_commands(sub)
-    for op in ("pause", "resume", "suspend", "restore"):
+    for op in POWER:
         power = _command(sub, op, cmd_power, f"{op} a sandbox")
         power.add_argument("id")
         power.set_defaults(op=op)

@@ -6,7 +6,7 @@ import base64
 import builtins
 import time
 from collections.abc import Iterable, Iterator
-from typing import IO, Any, cast
+from typing import IO, Any, Protocol, cast
 
 import httpx
 
@@ -47,6 +47,12 @@ class _Api:
         return response
 
 
+class Writable(Protocol):
+    """Where `Files.download` writes: a binary file, or anything with its `write`."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+
 class Files:
     """Files inside one sandbox; bodies are streamed, never held whole by the SDK."""
 
@@ -61,7 +67,7 @@ class Files:
     def read(self, path: str) -> bytes:
         return self._api.call("GET", self._url, params={"path": path}).content
 
-    def download(self, path: str, out: IO[bytes]) -> int:
+    def download(self, path: str, out: Writable) -> int:
         """Stream `path` into `out`; returns the number of bytes written."""
         written = 0
         with converted(), self._api.http.stream("GET", self._url, params={"path": path}) as resp:
