@@ -123,3 +123,37 @@ def test_space_up_refuses_on_a_hard_failure(tmp_path: Path) -> None:
     assert "fix: apt-get install nftables" in result.stderr
     assert "listening" not in result.stdout
     assert not (tmp_path / "data").exists()  # refused before touching the data dir
+
+
+def test_cgroups_v1_warns_v2_passes_none_fails(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    code, found = findings(capsys)  # this host: cgroup v1, which SPACE supports
+    assert found["cgroups"]["status"] == "warn" and "v1" in found["cgroups"]["detail"]
+
+    unified = tmp_path / "unified"
+    unified.mkdir()
+    (unified / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"cgroup2 {unified} cgroup2 rw,nosuid 0 0\n")
+    monkeypatch.setenv("SPACE_DOCTOR_MOUNTS", str(mounts))
+    code, found = findings(capsys)
+    assert found["cgroups"]["status"] == "pass"
+
+    mounts.write_text("proc /proc proc rw 0 0\n")
+    code, found = findings(capsys)
+    assert found["cgroups"]["status"] == "fail" and "not mounted" in found["cgroups"]["detail"]
+    assert code == 3
+
+
+def test_missing_tun_and_low_memory_fail(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 1048576 kB\nMemAvailable: 262144 kB\n")
+    monkeypatch.setenv("SPACE_DOCTOR_MEMINFO", str(meminfo))
+    monkeypatch.setenv("SPACE_DOCTOR_DEV_TUN", str(tmp_path / "no-tun"))
+    code, found = findings(capsys)
+    assert found["memory"]["status"] == "fail" and "256 MiB available" in found["memory"]["detail"]
+    assert found["tun"]["status"] == "fail" and "modprobe tun" in found["tun"]["fix"]
+    assert code == 3
