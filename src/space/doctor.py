@@ -4,18 +4,14 @@ Each check reads the host through `Settings` (the files it looks at are
 `settings.doctor`, so tests hide KVM or a device by pointing them elsewhere; tools
 are looked up on `PATH`) and returns a `Finding`: `pass`, `warn` (SPACE runs, but
 slower or with less isolation) or `fail` (`space up` cannot run), with the fix.
-`space up` runs `checks(settings)` at start and refuses on a failure; only
-`space doctor` adds the boot-speed probe (`boot_speed`), which boots the cached
-guest kernel and initramfs under each available accelerator for a few seconds.
+`space up` runs `run_checks(settings)` at start and refuses on a failure; only
+`space doctor` adds the boot-speed probe (`doctor_boot`).
 """
 
 from __future__ import annotations
 
 import os
-import selectors
 import shutil
-import subprocess
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +23,6 @@ from sqlalchemy.engine import make_url
 
 from space.config import Settings
 from space.node.storage.reflink import supports_reflink
-from space.node.vmm.accel import Accel, accel_arg, guest_kernel_args
 from space.node.vmm.cgroups import CgroupError, CgroupV2, detect
 from space.node.vmm.qemu_args import QEMU_BINARY
 from space.store.db import MIGRATIONS, make_engine
@@ -35,7 +30,6 @@ from space.store.db import MIGRATIONS, make_engine
 Status = Literal["pass", "warn", "fail"]
 Check = Callable[[Settings], "Finding"]
 
-BOOT_MARKER = b"space-init: stage 1"  # the initramfs's /init is running
 GUEST_ARTIFACTS = ("kernel", "initramfs", "agent-disk")
 
 
@@ -47,7 +41,7 @@ class Finding:
     fix: str = ""
 
 
-def _opens(path: Path) -> OSError | None:
+def opens(path: Path) -> OSError | None:
     """None if `path` opens read-write, else why not."""
     try:
         os.close(os.open(path, os.O_RDWR | os.O_CLOEXEC))
@@ -69,7 +63,7 @@ def _cpu_flags(cpuinfo: Path) -> set[str]:
 
 def kvm_usable(settings: Settings) -> bool:
     facts = settings.doctor
-    return _opens(facts.dev_kvm) is None and bool({"vmx", "svm"} & _cpu_flags(facts.cpuinfo))
+    return opens(facts.dev_kvm) is None and bool({"vmx", "svm"} & _cpu_flags(facts.cpuinfo))
 
 
 # -- checks ------------------------------------------------------------------------
@@ -86,7 +80,7 @@ def check_qemu(_settings: Settings) -> Finding:
 
 def check_kvm(settings: Settings) -> Finding:
     facts = settings.doctor
-    problem = _opens(facts.dev_kvm)
+    problem = opens(facts.dev_kvm)
     hardware = bool({"vmx", "svm"} & _cpu_flags(facts.cpuinfo))
     if problem is None and hardware:
         return Finding("kvm", "pass", f"{facts.dev_kvm} opens and the CPU shows vmx/svm")
@@ -106,7 +100,7 @@ def check_kvm(settings: Settings) -> Finding:
 
 def check_tun(settings: Settings) -> Finding:
     path = settings.doctor.dev_tun
-    problem = _opens(path)
+    problem = opens(path)
     if problem is None:
         return Finding("tun", "pass", f"{path} opens")
     return Finding(
@@ -130,7 +124,7 @@ def _reflink_dir(settings: Settings) -> Path | None:
 
 def check_loop(settings: Settings) -> Finding:
     path = settings.doctor.loop_control
-    problem = _opens(path)
+    problem = opens(path)
     if problem is None:
         return Finding("loop", "pass", f"{path} opens")
     reflink = _reflink_dir(settings)
@@ -290,7 +284,7 @@ def _threshold(name: str, detail: str, value: int, warn: int, fail: int, fix: st
 
 def check_cache(settings: Settings) -> Finding:
     cache = settings.cache_dir
-    missing = [kind for kind in (*GUEST_ARTIFACTS, "template-base") if not _entries(cache / kind)]
+    missing = [kind for kind in (*GUEST_ARTIFACTS, "template-base") if not entries(cache / kind)]
     if missing:
         return Finding(
             "cache",
@@ -302,7 +296,7 @@ def check_cache(settings: Settings) -> Finding:
     return Finding("cache", "pass", f"{cache}: guest kernel, initramfs, agent disk, base template")
 
 
-def _entries(kind_dir: Path) -> list[Path]:
+def entries(kind_dir: Path) -> list[Path]:
     if not kind_dir.is_dir():
         return []
     return sorted(
@@ -362,102 +356,6 @@ def _script() -> ScriptDirectory:
     return ScriptDirectory(str(MIGRATIONS))
 
 
-# -- the boot-speed probe (`space doctor` only) -------------------------------------
-
-
-def boot_speed(settings: Settings) -> Finding:
-    """Boot the cached kernel + initramfs under TCG, then KVM if /dev/kvm opens, until
-    the initramfs's /init speaks; KVM gets at most twice TCG's time (+5 s)."""
-    kernels, initramfs = (
-        _entries(settings.cache_dir / "kernel"),
-        _entries(settings.cache_dir / "initramfs"),
-    )
-    if not kernels or not initramfs or shutil.which(QEMU_BINARY) is None:
-        return Finding("boot speed", "warn", "not measured: no cached guest kernel or no QEMU")
-    guest = (kernels[-1] / "vmlinux", initramfs[-1] / "initramfs.cpio")
-    limit = settings.doctor.boot_timeout
-    tcg = _boot_seconds(guest, "tcg", limit, settings.doctor.cpuinfo)
-    if isinstance(tcg, str):
-        status: Status = "warn" if tcg.startswith("no /init") else "fail"
-        return Finding("boot speed", status, f"tcg: {tcg}", "see `space up`'s console log")
-    if _opens(settings.doctor.dev_kvm) is not None:
-        return Finding("boot speed", "warn", f"tcg {tcg:.1f}s; kvm unavailable", _KVM_FIX)
-    kvm = _boot_seconds(guest, "kvm", min(limit, 2 * tcg + 5), settings.doctor.cpuinfo)
-    if isinstance(kvm, str):
-        detail = f"tcg {tcg:.1f}s; kvm does not boot here ({kvm}): SPACE_ACCEL=auto takes TCG"
-        return Finding("boot speed", "warn", detail, _KVM_FIX)
-    if kvm >= tcg:
-        detail = f"tcg {tcg:.1f}s, kvm {kvm:.1f}s: KVM is no faster; SPACE_ACCEL=auto takes TCG"
-        return Finding("boot speed", "warn", detail, _KVM_FIX)
-    return Finding("boot speed", "pass", f"kvm {kvm:.1f}s vs tcg {tcg:.1f}s ({tcg / kvm:.1f}x)")
-
-
-_KVM_FIX = "run on a host with VT-x/AMD-V (or nested virtualisation) for KVM speed"
-
-
-def _boot_seconds(
-    guest: tuple[Path, Path], accel: Accel, limit: float, cpuinfo: Path
-) -> float | str:
-    """Seconds until the guest's /init runs, or what went wrong instead."""
-    kernel, initramfs = guest
-    cmdline = f"console=ttyS0 panic=-1 {guest_kernel_args(accel, cpuinfo)}".strip()
-    argv = [
-        QEMU_BINARY,
-        "-machine",
-        "microvm,isa-serial=on,rtc=on,pit=on,pic=on,x-option-roms=off",
-        "-accel",
-        accel_arg(accel),
-        "-cpu",
-        "host" if accel == "kvm" else "max",
-        "-m",
-        "256M",
-        "-smp",
-        "1",
-        "-nodefaults",
-        "-no-user-config",
-        "-display",
-        "none",
-        "-no-reboot",
-        "-serial",
-        "stdio",
-        "-kernel",
-        str(kernel),
-        "-initrd",
-        str(initramfs),
-        "-append",
-        cmdline,
-    ]
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    try:
-        return _await_marker(proc, started, limit)
-    finally:
-        proc.kill()
-        proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
-
-
-def _await_marker(proc: subprocess.Popen[bytes], started: float, limit: float) -> float | str:
-    assert proc.stdout is not None
-    seen = b""
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        while (left := started + limit - time.monotonic()) > 0:
-            if not selector.select(timeout=left):
-                continue
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
-                tail = seen.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-                return f"QEMU exited ({proc.wait()}): {tail[0]}"
-            seen = (seen + chunk)[-4096:]
-            if BOOT_MARKER in seen:
-                return time.monotonic() - started
-    return f"no /init within {limit:.0f}s"
-
-
 # -- running them --------------------------------------------------------------------
 
 CHECKS: tuple[Check, ...] = (
@@ -480,6 +378,8 @@ def run_checks(settings: Settings, *, probe_boot: bool = False) -> list[Finding]
     """Every check (and, for `space doctor`, the boot-speed probe) in order."""
     findings = [check(settings) for check in CHECKS]
     if probe_boot:
+        from space.doctor_boot import boot_speed
+
         findings.append(boot_speed(settings))
     return findings
 
