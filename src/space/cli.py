@@ -1,9 +1,9 @@
 """The `space` command.
 
-Server side (`up`, `api`, `controller`, `node`, `keys`) reads the same settings
-as the server (`SPACE_*`); client side (`sandbox`, `template ls`) talks to the
-API through `space.sdk` (`SPACE_API_URL`, `SPACE_API_KEY`). Human tables by
-default, `--json` for scripts.
+Server side (`up`, `api`, `controller`, `node`, `keys`, `doctor`) reads the same
+settings as the server (`SPACE_*`); client side (`sandbox`, `ls`, `exec`, `shell`,
+`cp`, `logs`: `cli_client`) talks to the API through `space.sdk` (`SPACE_API_URL`,
+`SPACE_API_KEY`). Human tables by default, `--json` for scripts.
 """
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ import json
 import logging
 import os
 import signal
-import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import timedelta
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from space.cli_client import SHORT, add_sandbox_commands, add_short_commands
+from space.cli_output import BuildProgress, err, out, table
 from space.config import ServerConfig, Settings
 from space.private import private_dir, private_umask, tighten
 from space.rlimits import raise_nofile
-from space.sdk import Sandbox, SandboxInfo, SpaceError, TransportError
+from space.sdk import SpaceError, TransportError
 
 if TYPE_CHECKING:
     from space.control.leader import Fence
@@ -45,21 +45,7 @@ Handler = Callable[[argparse.Namespace], int]
 # Processes that write server state, so run with umask 077 (`node` joins once it serves).
 SERVER_COMMANDS = frozenset({"up", "api", "controller", "keys"})
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-
-def out(text: str) -> None:
-    sys.stdout.write(text + "\n")
-
-
-def err(text: str) -> None:
-    sys.stderr.write(text + "\n")
-
-
-def table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> None:
-    cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    for row in cells:
-        out("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+CLIENT_COMMANDS = frozenset({"sandbox", *SHORT})
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -87,7 +73,15 @@ def prepare_server(args: argparse.Namespace) -> Settings:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    """API + controller + local node in one process."""
+    """API + controller + local node in one process, once the host passes `space doctor`'s
+    checks (without its boot-speed probe)."""
+    from space.doctor import failures, refusal, run_checks
+
+    settings = settings_from(args)
+    findings = run_checks(settings)
+    if failures(findings):
+        err(refusal(findings))
+        return 3
     settings = prepare_server(args)
     asyncio.run(_serve_with_node(settings))
     return 0
@@ -310,6 +304,19 @@ async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: 
         await controller.aclose()
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check this host for `space up`: 0 when it can run, 3 on a failed check."""
+    from space.doctor import failures, run_checks
+
+    findings = run_checks(settings_from(args), probe_boot=not args.no_boot_probe)
+    if args.json:
+        out(json.dumps([asdict(finding) for finding in findings]))
+    else:
+        rows = [(f.status.upper(), f.check, f.detail, f.fix) for f in findings]
+        table(rows, ["STATUS", "CHECK", "DETAIL", "FIX"])
+    return 3 if failures(findings) else 0
+
+
 def cmd_node(_args: argparse.Namespace) -> int:
     err("space node: a node worker served over HTTP is not available yet; run `space up`")
     return 2
@@ -327,7 +334,11 @@ async def _uvicorn(app: Any, settings: Settings) -> None:
     import uvicorn
 
     config = uvicorn.Config(
-        app, host=settings.server.host, port=settings.server.port, log_level="info"
+        app,
+        host=settings.server.host,
+        port=settings.server.port,
+        log_level="info",
+        ws_max_size=settings.console.pty_message_bytes,  # a bigger frame is refused unread
     )
     await uvicorn.Server(config).serve()
 
@@ -444,133 +455,7 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- client commands -------------------------------------------------------------
-
-
-def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
-    result: dict[str, str] = {}
-    for item in values or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"{flag} expects KEY=VALUE, got {item!r}")
-        result[key] = value
-    return result
-
-
-def _show(infos: Sequence[SandboxInfo], as_json: bool) -> None:
-    if as_json:
-        out(json.dumps([asdict(i) for i in infos]))
-        return
-    rows = [(i.id, i.template, i.state, i.reason or "") for i in infos]
-    table(rows, ["ID", "TEMPLATE", "STATE", "REASON"])
-
-
-def cmd_sandbox_create(args: argparse.Namespace) -> int:
-    sandbox = Sandbox.create(
-        args.template,
-        env=_pairs(args.env, "--env"),
-        metadata=_pairs(args.metadata, "--metadata"),
-        timeout=args.timeout,
-    )
-    sandbox.close()
-    out(json.dumps(asdict(sandbox.info)) if args.json else sandbox.id)
-    return 0
-
-
-def cmd_sandbox_ls(args: argparse.Namespace) -> int:
-    _show(Sandbox.list(), args.json)
-    return 0
-
-
-def cmd_sandbox_exec(args: argparse.Namespace) -> int:
-    command: str | list[str] = args.command[0] if len(args.command) == 1 else args.command
-    with _connected(args.id) as sandbox:
-        if args.json:
-            result = sandbox.exec(command)
-            out(json.dumps(asdict(result)))
-            return result.exit_code
-        exit_code = 1
-        for event in sandbox.stream(command):
-            if event.kind == "exit":
-                exit_code = event.exit_code if event.exit_code is not None else 1
-            else:
-                stream = sys.stdout if event.kind == "stdout" else sys.stderr
-                stream.buffer.write(event.data)
-                stream.flush()
-        return exit_code
-
-
-def cmd_sandbox_cp(args: argparse.Namespace) -> int:
-    """`cp ID:/path local` downloads, `cp local ID:/path` uploads; a directory target
-    (a local directory, or a remote path ending in `/`) keeps the source's name."""
-    src_id, src_path = _remote(args.src)
-    dst_id, dst_path = _remote(args.dst)
-    if (src_id is None) == (dst_id is None):
-        raise SystemExit("cp: exactly one of SRC and DST must be SANDBOX:/abs/path")
-    if src_id is not None:
-        target = Path(dst_path)
-        if target.is_dir():
-            target /= PurePosixPath(src_path).name
-        with _connected(src_id) as sandbox:
-            _download(sandbox, src_path, target)
-    else:
-        assert dst_id is not None
-        if dst_path.endswith("/"):
-            dst_path += Path(src_path).name
-        with _connected(dst_id) as sandbox, open(src_path, "rb") as file:
-            sandbox.files.write(dst_path, file)
-    return 0
-
-
-def _download(sandbox: Sandbox, path: str, target: Path) -> None:
-    """Stream into a temporary file beside `target`, renamed on success: a failed
-    download leaves no file behind."""
-    fd, partial = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            sandbox.files.download(path, file)
-        os.chmod(partial, 0o666 & ~_umask())
-        os.replace(partial, target)
-    finally:
-        Path(partial).unlink(missing_ok=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _remote(spec: str) -> tuple[str | None, str]:
-    head, sep, tail = spec.partition(":")
-    if sep and tail.startswith("/") and "/" not in head:
-        return head, tail
-    return None, spec
-
-
-@contextmanager
-def _connected(sandbox_id: str) -> Iterator[Sandbox]:
-    """The sandbox's client, closed afterwards (the sandbox itself is left alone)."""
-    sandbox = Sandbox.connect(sandbox_id)
-    try:
-        yield sandbox
-    finally:
-        sandbox.close()
-
-
-def cmd_sandbox_power(args: argparse.Namespace) -> int:
-    with _connected(args.id) as sandbox:
-        info: SandboxInfo = getattr(sandbox, args.op)()
-    out(json.dumps(asdict(info)) if args.json else f"{info.id} {info.state}")
-    return 0
-
-
-def cmd_sandbox_rm(args: argparse.Namespace) -> int:
-    for sandbox_id in args.ids:
-        with _connected(sandbox_id) as sandbox:
-            sandbox.kill()
-    out(json.dumps({"deleted": args.ids}) if args.json else "\n".join(args.ids))
-    return 0
+# -- templates -------------------------------------------------------------------
 
 
 def cmd_template_ls(args: argparse.Namespace) -> int:
@@ -585,11 +470,13 @@ def cmd_template_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_template_build(args: argparse.Namespace) -> int:
-    from space.node.templates import StderrProgress, build_all
+    from space.node.templates import build_all
 
     settings = settings_from(args)
     names = tuple(args.names) or ("base", "busybox")
-    _guest, images = build_all(settings.cache_dir, names, StderrProgress())
+    progress = BuildProgress()
+    _guest, images = build_all(settings.cache_dir, names, progress)
+    progress.finish()
     rows = [(name, image.digest, str(image.rootfs)) for name, image in images.items()]
     if args.json:
         out(json.dumps([{"name": n, "digest": d, "rootfs": r} for n, d, r in rows]))
@@ -635,6 +522,13 @@ def build_parser() -> argparse.ArgumentParser:
     _server_flags(_command(sub, "api", cmd_api, "an API replica (no node)"), listen=True)
     _server_flags(_command(sub, "controller", cmd_controller, "the reconciler"), listen=False)
     _command(sub, "node", cmd_node, "a node worker served over HTTP (not yet)")
+    doctor = _command(sub, "doctor", cmd_doctor, "check this host for `space up`")
+    doctor.add_argument(
+        "--no-boot-probe", action="store_true", help="skip booting the guest to time KVM vs TCG"
+    )
+    doctor.add_argument("--cache-dir", help="SPACE_CACHE_DIR")
+    _server_flags(doctor, listen=False)
+    _json_flag(doctor)
 
     keys = sub.add_parser("keys", help="API keys").add_subparsers(dest="keys_cmd", required=True)
     create_key = _command(keys, "create", cmd_keys_create, "make an API key")
@@ -658,29 +552,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_nodes(sub)
     sandbox = sub.add_parser("sandbox", help="sandboxes (via SPACE_API_URL/SPACE_API_KEY)")
-    sb = sandbox.add_subparsers(dest="sandbox_cmd", required=True)
-    create = _command(sb, "create", cmd_sandbox_create, "create a sandbox and print its id")
-    create.add_argument("--template", default="base")
-    create.add_argument("--env", action="append", metavar="KEY=VALUE")
-    create.add_argument("--metadata", action="append", metavar="KEY=VALUE")
-    create.add_argument("--timeout", type=int, help="lifetime in seconds")
-    _json_flag(create)
-    _json_flag(_command(sb, "ls", cmd_sandbox_ls, "list sandboxes"))
-    run = _command(sb, "exec", cmd_sandbox_exec, "run a command, stream its output")
-    run.add_argument("id")
-    run.add_argument("command", nargs="+", help="one shell string, or argv after --")
-    _json_flag(run)
-    copy = _command(sb, "cp", cmd_sandbox_cp, "copy a file: SANDBOX:/path <-> local path")
-    copy.add_argument("src")
-    copy.add_argument("dst")
-    for op in ("pause", "resume", "suspend", "restore"):
-        power = _command(sb, op, cmd_sandbox_power, f"{op} a sandbox")
-        power.add_argument("id")
-        power.set_defaults(op=op)
-        _json_flag(power)
-    remove = _command(sb, "rm", cmd_sandbox_rm, "delete sandboxes")
-    remove.add_argument("ids", nargs="+")
-    _json_flag(remove)
+    add_sandbox_commands(sandbox.add_subparsers(dest="sandbox_cmd", required=True))
+    add_short_commands(sub)
 
     template = sub.add_parser("template", help="templates")
     tp = template.add_subparsers(dest="template_cmd", required=True)
@@ -703,7 +576,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Handler = args.handler
     if args.group in SERVER_COMMANDS:
         private_umask()  # what it, mkfs or QEMU create is private from the first file on
-    if args.group == "sandbox" and not os.environ.get("SPACE_API_KEY"):
+    if args.group in CLIENT_COMMANDS and not os.environ.get("SPACE_API_KEY"):
         err("error: set SPACE_API_KEY (and SPACE_API_URL, default http://127.0.0.1:8080)")
         return 2
     try:

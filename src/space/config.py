@@ -298,6 +298,27 @@ class ClusterConfig(BaseSettings):
         return self
 
 
+class DoctorConfig(BaseSettings):
+    """What `space doctor` inspects (`SPACE_DOCTOR_*`): the host files it reads (tests point
+    them elsewhere, e.g. `SPACE_DOCTOR_DEV_KVM=/missing` hides KVM), the free memory and disk
+    below which it warns or fails (MiB), and how long one boot-speed probe may take (s)."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_DOCTOR_", extra="ignore")
+
+    dev_kvm: Path = Path("/dev/kvm")
+    dev_tun: Path = Path("/dev/net/tun")
+    loop_control: Path = Path("/dev/loop-control")
+    cpuinfo: Path = Path("/proc/cpuinfo")
+    meminfo: Path = Path("/proc/meminfo")
+    mounts: Path = Path("/proc/self/mounts")
+    filesystems: Path = Path("/proc/filesystems")
+    warn_memory_mib: int = Field(default=2048, ge=0)
+    fail_memory_mib: int = Field(default=512, ge=0)
+    warn_disk_mib: int = Field(default=10240, ge=0)
+    fail_disk_mib: int = Field(default=1024, ge=0)
+    boot_timeout: float = Field(default=90.0, gt=0)
+
+
 class Settings(BaseSettings):
     """Everything one SPACE process needs."""
 
@@ -322,6 +343,7 @@ class Settings(BaseSettings):
     output: OutputLimitsConfig = Field(default_factory=OutputLimitsConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    doctor: DoctorConfig = Field(default_factory=DoctorConfig)
 
     @field_validator("bootstrap_key")
     @classmethod

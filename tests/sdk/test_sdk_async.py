@@ -38,3 +38,13 @@ async def test_async_round_trip(conn: dict[str, Any], fake_node: FakeNode) -> No
     assert sandbox_id not in fake_node.vms
     with pytest.raises(NotFoundError):
         await AsyncSandbox.connect(sandbox_id, **conn)
+
+
+async def test_async_pty_resize_attach_and_list(conn: dict[str, Any]) -> None:
+    async with await AsyncSandbox.create(**conn) as sandbox:
+        command = await sandbox.start("wait", pty=(24, 80))
+        await command.resize(30, 100)
+        assert [e async for e in sandbox.command(command.id).events(idle=0.3)] == []
+        await command.signal(15)
+        assert [e.exit_code async for e in sandbox.command(command.id).events()] == [143]
+        assert [s.id for s in await AsyncSandbox.list(**conn)] == [sandbox.id]

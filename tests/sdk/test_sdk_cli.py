@@ -111,3 +111,32 @@ def test_sandbox_commands(
 def test_node_entry_point_says_it_is_not_available(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["node"]) == 2
     assert "not available" in capsys.readouterr().err
+
+
+def test_logs_lists_replays_and_follows(
+    server: ServerThread,
+    make_key: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from space.sdk import Sandbox
+
+    monkeypatch.setenv("SPACE_API_URL", server.url)
+    monkeypatch.setenv("SPACE_API_KEY", make_key("acme"))
+    with Sandbox.create() as sandbox:
+        command = sandbox.start("exit 4")
+        code, listing = run(capsys, "logs", sandbox.id)
+        assert code == 0 and listing.splitlines()[0].split() == [
+            "ID",
+            "STATE",
+            "EXIT",
+            "STARTED",
+            "COMMAND",
+        ]
+        assert command.id in listing
+        assert main(["logs", "-f", sandbox.id]) == 4  # the newest, followed to its exit
+        assert capsys.readouterr().err == "failed\n"
+        code, events = run(capsys, "logs", "--json", sandbox.id, command.id)
+        assert [json.loads(line)["kind"] for line in events.splitlines()] == ["stderr", "exit"]
+        code, listed = run(capsys, "logs", "--json", sandbox.id)
+        assert json.loads(listed)[0]["exit_code"] == 4

@@ -35,6 +35,7 @@ def test_public_names_are_pinned() -> None:
         "AsyncSandbox",
         "AuthenticationError",
         "Command",
+        "CommandInfo",
         "ConflictError",
         "Event",
         "ExecResult",
@@ -141,3 +142,38 @@ def test_stream_reconnects_with_last_event_id(env: str) -> None:
         events = list(command.events())
     assert [e.id for e in events] == [1, 2, 3, 4, 5, 6]
     assert [r.headers.get("last-event-id") for r in flaky.requests[:2]] == [None, "2"]
+
+
+def test_pty_command_resize_and_attach(env: str) -> None:
+    with Sandbox.create() as sandbox:
+        command = sandbox.start("emit 1 0.2", pty=(24, 80))
+        command.resize(30, 100)
+        attached = sandbox.command(command.id)  # as `space logs` finds it
+        assert [e.data for e in attached.events(idle=5) if e.kind == "stdout"] == [b"line 0\n"]
+        with pytest.raises(ConflictError):  # it exited: no terminal to resize
+            command.resize(30, 100)
+        quiet = sandbox.start("wait")
+        assert list(sandbox.command(quiet.id).events(idle=0.3)) == []  # nothing so far
+        with pytest.raises(ConflictError) as no_terminal:
+            quiet.resize(30, 100)
+        assert no_terminal.value.code == "no_terminal"
+        quiet.signal("TERM")
+        with pytest.raises(space.sdk.APIError) as bad:
+            sandbox.exec("echo x", pty=(24, 80))
+        assert (bad.value.status, bad.value.field) == (422, "pty")
+
+
+def test_commands_are_listed_newest_first(env: str) -> None:
+    with Sandbox.create() as sandbox:
+        first = sandbox.start("emit 1")
+        list(first.events())
+        second = sandbox.start("wait")
+        listed = sandbox.commands()
+        assert [c.id for c in listed] == [second.id, first.id]
+        assert (listed[0].state, listed[0].argv, listed[0].exit_code) == (
+            "running",
+            {"cmd": "wait"},
+            None,
+        )
+        assert (listed[1].state, listed[1].exit_code) == ("exited", 0)
+        second.signal("KILL")

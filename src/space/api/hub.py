@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 class _Live:
     handle: CommandHandle
     writer: LogWriter
+    pty: bool = False
 
 
 class CommandNotRunning(Exception):
@@ -88,7 +89,7 @@ class CommandHub:
                 CommandRepo(session).finish(command_id, None)
             raise
         writer = LogWriter(self.log_path(sandbox_id, command_id), self._log_limit)
-        self._live[command_id] = _Live(handle, writer)
+        self._live[command_id] = _Live(handle, writer, request.pty is not None)
         self._tasks.spawn(self._pump(command_id), f"command-pump-{command_id}")
         return command_id
 
@@ -111,6 +112,17 @@ class CommandHub:
     async def signal(self, command_id: str, signum: int) -> None:
         async with asyncio.timeout(self._call_timeout):
             await self._handle(command_id).signal(signum)
+
+    def has_terminal(self, command_id: str) -> bool:
+        """Whether the running command was started on a pty."""
+        live = self._live.get(command_id)
+        if live is None:
+            raise CommandNotRunning(command_id)
+        return live.pty
+
+    async def resize(self, command_id: str, rows: int, cols: int) -> None:
+        async with asyncio.timeout(self._call_timeout):
+            await self._handle(command_id).resize(rows, cols)
 
     def discard(self, sandbox_id: str) -> None:
         """Remove the logs of a deleted sandbox (open writers keep their file handle)."""

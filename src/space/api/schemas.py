@@ -105,6 +105,11 @@ class SandboxList(BaseModel):
     sandboxes: list[SandboxOut]
 
 
+class PtySize(Strict):
+    rows: int = Field(ge=1, le=1000)
+    cols: int = Field(ge=1, le=1000)
+
+
 class ExecBody(Strict):
     cmd: Word | None = Field(default=None, min_length=1, description="run under /bin/sh -c")
     args: list[Word] | None = Field(
@@ -114,6 +119,10 @@ class ExecBody(Strict):
     cwd: AbsolutePath | None = None
     stdin: str | None = Field(default=None, max_length=MAX_STDIN_CHARS)
     timeout: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    pty: PtySize | None = Field(
+        default=None,
+        description="`/commands` only: run on a terminal of this size; its output is `stdout`",
+    )
 
     @field_validator("args")
     @classmethod
@@ -137,6 +146,19 @@ class ExecOut(BaseModel):
 
 class CommandCreated(BaseModel):
     id: str
+
+
+class CommandOut(BaseModel):
+    id: str
+    argv: dict[str, Any] = Field(description="`{cmd}` or `{args}` as started")
+    state: str = Field(description="running, exited, or lost (its server stopped)")
+    exit_code: int | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class CommandList(BaseModel):
+    commands: list[CommandOut]
 
 
 class StdinBody(Strict):

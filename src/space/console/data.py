@@ -118,7 +118,7 @@ async def templates(principal: PrincipalDep, state: StateDep) -> TemplateList:
 
 @router.get("/sandboxes/{sandbox_id}/commands")
 async def commands(sandbox: SandboxDep, state: StateDep, session: SessionDep) -> CommandList:
-    rows = CommandRepo(session).list_for_sandbox(sandbox.id, MAX_COMMANDS)
+    rows = CommandRepo(session).newest(sandbox.id, MAX_COMMANDS)
     hub = state.hub
     return CommandList(
         commands=[

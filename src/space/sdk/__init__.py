@@ -19,7 +19,7 @@ from space.sdk._exceptions import (
     SpaceError,
     TransportError,
 )
-from space.sdk._models import Event, ExecResult, SandboxInfo
+from space.sdk._models import CommandInfo, Event, ExecResult, SandboxInfo
 from space.sdk._sync import Command, Files, Sandbox
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "AsyncSandbox",
     "AuthenticationError",
     "Command",
+    "CommandInfo",
     "ConflictError",
     "Event",
     "ExecResult",

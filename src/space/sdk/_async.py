@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import builtins
+import time
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 import httpx
 
 from space.sdk._exceptions import TransportError, converted, raise_for
-from space.sdk._models import Connection, Event, ExecResult, SandboxInfo, exec_body
+from space.sdk._models import CommandInfo, Connection, Event, ExecResult, SandboxInfo, exec_body
 from space.sdk._sse import SSEDecoder
 from space.sdk._sync import (
     CREATE_TIMEOUT,
@@ -18,6 +20,7 @@ from space.sdk._sync import (
     RECONNECT_DELAY,
     TIMEOUT,
     exec_timeout,
+    idle_timeout,
 )
 
 
@@ -60,13 +63,16 @@ class AsyncCommand:
         self.id = command_id
         self._url = f"{base}/commands/{command_id}"
 
-    async def events(self, last_event_id: int | None = None) -> AsyncIterator[Event]:
-        """Its events until `exit`, reconnecting with `Last-Event-ID` if the stream breaks."""
+    async def events(
+        self, last_event_id: int | None = None, *, idle: float | None = None
+    ) -> AsyncIterator[Event]:
+        """Its events until `exit`, reconnecting with `Last-Event-ID` if the stream breaks;
+        with `idle`, also done once no event came for that many seconds (the output so far)."""
         last = last_event_id
         failures = 0
         while True:
             try:
-                async for event in self._attach(last):
+                async for event in self._attach(last, idle):
                     last, failures = event.id, 0
                     yield event
                     if event.kind == "exit":
@@ -78,17 +84,30 @@ class AsyncCommand:
                     raise
                 await asyncio.sleep(RECONNECT_DELAY * failures)
 
-    async def _attach(self, last: int | None) -> AsyncIterator[Event]:
+    async def _attach(self, last: int | None, idle: float | None) -> AsyncIterator[Event]:
         headers = {"Last-Event-ID": str(last)} if last is not None else {}
         decoder = SSEDecoder()
+        url, timeout = f"{self._url}/events", idle_timeout(idle)
         with converted():
-            async with self._api.http.stream("GET", f"{self._url}/events", headers=headers) as r:
+            async with self._api.http.stream("GET", url, headers=headers, timeout=timeout) as r:
                 if not r.is_success:
                     await r.aread()
                 raise_for(r)
-                async for line in r.aiter_lines():
-                    if (event := decoder.feed(line)) is not None:
-                        yield event
+                try:
+                    quiet_since = time.monotonic()
+                    async for line in r.aiter_lines():
+                        if (event := decoder.feed(line)) is not None:
+                            quiet_since = time.monotonic()
+                            yield event
+                        elif idle is not None and time.monotonic() - quiet_since >= idle:
+                            return  # only keep-alives for `idle` seconds
+                except httpx.ReadTimeout:
+                    if idle is None:
+                        raise
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Set a pty command's terminal size."""
+        await self._api.call("POST", f"{self._url}/resize", json={"rows": rows, "cols": cols})
 
     async def send_stdin(self, data: bytes, *, eof: bool = False) -> None:
         body = {"data": base64.b64encode(data).decode(), "eof": eof}
@@ -142,6 +161,15 @@ class AsyncSandbox:
     ) -> AsyncSandbox:
         return await cls._open(api_url, api_key, "GET", f"/v1/sandboxes/{sandbox_id}")
 
+    @staticmethod
+    async def list(
+        *, api_url: str | None = None, api_key: str | None = None
+    ) -> builtins.list[SandboxInfo]:
+        api = _AsyncApi(Connection.resolve(api_url, api_key))
+        async with api.http:
+            body = (await api.call("GET", "/v1/sandboxes")).json()
+        return [SandboxInfo.from_json(item) for item in body["sandboxes"]]
+
     @classmethod
     async def _open(
         cls, api_url: str | None, api_key: str | None, method: str, path: str, **kwargs: Any
@@ -159,7 +187,7 @@ class AsyncSandbox:
         self.info = SandboxInfo.from_json((await self._api.call("GET", self._base)).json())
         return self.info
 
-    async def exec(self, cmd: str | list[str], **options: Any) -> ExecResult:
+    async def exec(self, cmd: str | builtins.list[str], **options: Any) -> ExecResult:
         """Run to completion. A string runs under `/bin/sh -c`; a list is exec'd directly."""
         response = await self._api.call(
             "POST",
@@ -170,12 +198,21 @@ class AsyncSandbox:
         result = response.json()
         return ExecResult(result["exit_code"], result["stdout"], result["stderr"])
 
-    async def start(self, cmd: str | list[str], **options: Any) -> AsyncCommand:
+    async def start(self, cmd: str | builtins.list[str], **options: Any) -> AsyncCommand:
         body = exec_body(cmd, **options)
         response = await self._api.call("POST", f"{self._base}/commands", json=body)
         return AsyncCommand(self._api, self._base, response.json()["id"])
 
-    async def stream(self, cmd: str | list[str], **options: Any) -> AsyncIterator[Event]:
+    async def commands(self) -> builtins.list[CommandInfo]:
+        """Its newest commands first (the server keeps at most 100 listed)."""
+        body = (await self._api.call("GET", f"{self._base}/commands")).json()
+        return [CommandInfo.from_json(item) for item in body["commands"]]
+
+    def command(self, command_id: str) -> AsyncCommand:
+        """A command started earlier (by any client), to follow or drive."""
+        return AsyncCommand(self._api, self._base, command_id)
+
+    async def stream(self, cmd: str | builtins.list[str], **options: Any) -> AsyncIterator[Event]:
         """Start `cmd` and iterate over its events (reconnecting as needed)."""
         command = await self.start(cmd, **options)
         async for event in command.events():

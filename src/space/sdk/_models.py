@@ -32,6 +32,30 @@ class SandboxInfo:
 
 
 @dataclass(frozen=True)
+class CommandInfo:
+    """A command started in a sandbox: `argv` is `{"cmd": ...}` or `{"args": [...]}`;
+    `state` is running, exited or lost; times are ISO 8601."""
+
+    id: str
+    argv: dict[str, Any]
+    state: str
+    exit_code: int | None
+    created_at: str
+    finished_at: str | None
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> CommandInfo:
+        return cls(
+            id=body["id"],
+            argv=dict(body["argv"]),
+            state=body["state"],
+            exit_code=body.get("exit_code"),
+            created_at=body["created_at"],
+            finished_at=body.get("finished_at"),
+        )
+
+
+@dataclass(frozen=True)
 class ExecResult:
     exit_code: int
     stdout: str
@@ -83,8 +107,10 @@ def exec_body(
     cwd: str | None = None,
     stdin: str | None = None,
     timeout: float | None = None,
+    pty: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of `exec` and `commands`: a string is a shell command."""
+    """The JSON body of `exec` and `commands`: a string is a shell command; `pty` is
+    (rows, cols) of a terminal to run it on (commands only)."""
     body: dict[str, Any] = {"cmd": cmd} if isinstance(cmd, str) else {"args": list(cmd)}
     if env:
         body["env"] = env
@@ -94,4 +120,6 @@ def exec_body(
         body["stdin"] = stdin
     if timeout is not None:
         body["timeout"] = timeout
+    if pty is not None:
+        body["pty"] = {"rows": pty[0], "cols": pty[1]}
     return body

@@ -6,12 +6,12 @@ import base64
 import builtins
 import time
 from collections.abc import Iterable, Iterator
-from typing import IO, Any, cast
+from typing import IO, Any, Protocol, cast
 
 import httpx
 
 from space.sdk._exceptions import TransportError, converted, raise_for
-from space.sdk._models import Connection, Event, ExecResult, SandboxInfo, exec_body
+from space.sdk._models import CommandInfo, Connection, Event, ExecResult, SandboxInfo, exec_body
 from space.sdk._sse import SSEDecoder
 
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
@@ -23,6 +23,11 @@ DEFAULT_EXEC_TIMEOUT = 300.0
 def exec_timeout(options: dict[str, Any]) -> httpx.Timeout:
     """How long to wait for `exec`: the command's own timeout plus a grace period."""
     return httpx.Timeout((options.get("timeout") or DEFAULT_EXEC_TIMEOUT) + EXEC_GRACE, connect=10)
+
+
+def idle_timeout(idle: float | None) -> httpx.Timeout:
+    """An event stream's timeout: `idle` seconds without a byte end it."""
+    return TIMEOUT if idle is None else httpx.Timeout(TIMEOUT.connect, read=idle)
 
 
 RECONNECT_ATTEMPTS = 5
@@ -42,6 +47,12 @@ class _Api:
         return response
 
 
+class Writable(Protocol):
+    """Where `Files.download` writes: a binary file, or anything with its `write`."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+
 class Files:
     """Files inside one sandbox; bodies are streamed, never held whole by the SDK."""
 
@@ -56,7 +67,7 @@ class Files:
     def read(self, path: str) -> bytes:
         return self._api.call("GET", self._url, params={"path": path}).content
 
-    def download(self, path: str, out: IO[bytes]) -> int:
+    def download(self, path: str, out: Writable) -> int:
         """Stream `path` into `out`; returns the number of bytes written."""
         written = 0
         with converted(), self._api.http.stream("GET", self._url, params={"path": path}) as resp:
@@ -75,13 +86,16 @@ class Command:
         self.id = command_id
         self._url = f"{base}/commands/{command_id}"
 
-    def events(self, last_event_id: int | None = None) -> Iterator[Event]:
-        """Its events until `exit`, reconnecting with `Last-Event-ID` if the stream breaks."""
+    def events(
+        self, last_event_id: int | None = None, *, idle: float | None = None
+    ) -> Iterator[Event]:
+        """Its events until `exit`, reconnecting with `Last-Event-ID` if the stream breaks;
+        with `idle`, also done once no event came for that many seconds (the output so far)."""
         last = last_event_id
         failures = 0
         while True:
             try:
-                for event in self._attach(last):
+                for event in self._attach(last, idle):
                     last, failures = event.id, 0
                     yield event
                     if event.kind == "exit":
@@ -93,14 +107,27 @@ class Command:
                     raise
                 time.sleep(RECONNECT_DELAY * failures)
 
-    def _attach(self, last: int | None) -> Iterator[Event]:
+    def _attach(self, last: int | None, idle: float | None) -> Iterator[Event]:
         headers = {"Last-Event-ID": str(last)} if last is not None else {}
         decoder = SSEDecoder()
-        with converted(), self._api.http.stream("GET", f"{self._url}/events", headers=headers) as r:
+        url, timeout = f"{self._url}/events", idle_timeout(idle)
+        with converted(), self._api.http.stream("GET", url, headers=headers, timeout=timeout) as r:
             raise_for(r)
-            for line in r.iter_lines():
-                if (event := decoder.feed(line)) is not None:
-                    yield event
+            try:
+                quiet_since = time.monotonic()
+                for line in r.iter_lines():
+                    if (event := decoder.feed(line)) is not None:
+                        quiet_since = time.monotonic()
+                        yield event
+                    elif idle is not None and time.monotonic() - quiet_since >= idle:
+                        return  # only keep-alives for `idle` seconds
+            except httpx.ReadTimeout:
+                if idle is None:
+                    raise
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Set a pty command's terminal size."""
+        self._api.call("POST", f"{self._url}/resize", json={"rows": rows, "cols": cols})
 
     def send_stdin(self, data: bytes, *, eof: bool = False) -> None:
         body = {"data": base64.b64encode(data).decode(), "eof": eof}
@@ -196,6 +223,15 @@ class Sandbox:
     def start(self, cmd: str | builtins.list[str], **options: Any) -> Command:
         response = self._api.call("POST", f"{self._base}/commands", json=exec_body(cmd, **options))
         return Command(self._api, self._base, response.json()["id"])
+
+    def commands(self) -> builtins.list[CommandInfo]:
+        """Its newest commands first (the server keeps at most 100 listed)."""
+        body = (self._api.call("GET", f"{self._base}/commands")).json()
+        return [CommandInfo.from_json(item) for item in body["commands"]]
+
+    def command(self, command_id: str) -> Command:
+        """A command started earlier (by any client), to follow or drive."""
+        return Command(self._api, self._base, command_id)
 
     def stream(self, cmd: str | builtins.list[str], **options: Any) -> Iterator[Event]:
         """Start `cmd` and iterate over its events (reconnecting as needed)."""

@@ -42,8 +42,8 @@ class CommandRepo:
             raise NotFound("command", command_id)
         return row
 
-    def list_for_sandbox(self, sandbox_id: str, limit: int) -> list[Command]:
-        """The sandbox's newest `limit` commands, newest first."""
+    def newest(self, sandbox_id: str, limit: int) -> list[Command]:
+        """The sandbox's `limit` most recently started commands, newest first."""
         query = (
             select(Command)
             .where(Command.sandbox_id == sandbox_id)

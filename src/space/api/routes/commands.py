@@ -1,5 +1,6 @@
-"""`POST .../exec`, `POST .../commands`, SSE `GET .../commands/{cid}/events`,
-`POST .../commands/{cid}/stdin` and `.../signal`."""
+"""`POST .../exec`, `POST .../commands` (`GET`: the newest ones), SSE
+`GET .../commands/{cid}/events`, `POST .../commands/{cid}/stdin`, `.../signal` and
+`.../resize` (a pty command's terminal)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,11 @@ from space.api.revocation import KeyWatch
 from space.api.schemas import (
     MAX_COMMAND_WIRE_BYTES,
     CommandCreated,
+    CommandList,
+    CommandOut,
     ExecBody,
     ExecOut,
+    PtySize,
     SignalBody,
     StdinBody,
     wire_bytes,
@@ -33,6 +37,7 @@ from space.store.commands import CommandRepo
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["commands"])
 
 EXEC_GRACE_SECONDS = 5.0
+LISTED_COMMANDS = 100
 
 
 def to_request(body: ExecBody, max_timeout: float) -> ExecRequest:
@@ -50,6 +55,7 @@ def to_request(body: ExecBody, max_timeout: float) -> ExecRequest:
         cwd=body.cwd,
         stdin=body.stdin.encode() if body.stdin is not None else None,
         timeout=body.timeout,
+        pty=(body.pty.rows, body.pty.cols) if body.pty is not None else None,
     )
 
 
@@ -58,6 +64,8 @@ async def exec_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) -
     """Run a command to completion and return its output: at most
     SPACE_LIMITS_EXEC_OUTPUT_BYTES of each stream; `stdout_dropped` /
     `stderr_dropped` (present only when non-zero) count the bytes past that."""
+    if body.pty is not None:
+        raise ApiError(422, "validation_error", "pty: only for `POST .../commands`", "pty")
     timeout = body.timeout or state.settings.timeouts.exec
     limit_bytes = state.settings.output.exec_output_bytes
     request = replace(
@@ -105,6 +113,15 @@ async def start_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) 
     except OSError as exc:
         raise _cannot_start(body, exc) from exc
     return CommandCreated(id=command_id)
+
+
+@router.get("/commands")
+async def list_commands(sandbox: DataPlaneDep, session: SessionDep) -> CommandList:
+    """The sandbox's newest commands first (at most `LISTED_COMMANDS`)."""
+    rows = CommandRepo(session).newest(sandbox.id, LISTED_COMMANDS)
+    return CommandList(
+        commands=[CommandOut.model_validate(row, from_attributes=True) for row in rows]
+    )
 
 
 def _cannot_start(body: ExecBody, exc: OSError) -> ApiError:
@@ -159,6 +176,18 @@ async def command_signal(
 ) -> Response:
     CommandRepo(session).get(sandbox.id, command_id)
     await state.commands.signal(command_id, _signum(body.signal))
+    return Response(status_code=204)
+
+
+@router.post("/commands/{command_id}/resize", status_code=204)
+async def command_resize(
+    command_id: str, body: PtySize, sandbox: DataPlaneDep, state: StateDep, session: SessionDep
+) -> Response:
+    """Set a pty command's terminal size (the process gets SIGWINCH)."""
+    CommandRepo(session).get(sandbox.id, command_id)
+    if not state.commands.has_terminal(command_id):
+        raise ApiError(409, "no_terminal", "the command was not started with `pty`", "command_id")
+    await state.commands.resize(command_id, body.rows, body.cols)
     return Response(status_code=204)
 
 
