@@ -28,10 +28,10 @@ class DirectoryNode:
         self.log = root / "creates.log"
         self.create_seconds = create_seconds
 
-    async def start(self) -> None:
+    async def open(self) -> None:
         self.vms.mkdir(parents=True, exist_ok=True)
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         return None
 
     async def templates(self) -> list[str]:
