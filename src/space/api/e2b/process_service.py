@@ -139,9 +139,7 @@ def _follow(
 
 
 @router.post("/List")
-async def list_processes(
-    request: Request, target: EnvdDep, front: FrontDep, state: StateDep
-) -> Response:
+async def list_processes(request: Request, target: EnvdDep, state: StateDep) -> Response:
     async with asyncio.timeout(state.settings.timeouts.node_call):
         running = [p for p in await state.node.processes(target.sandbox_id) if p.running]
     held = state.processes.held_in(target.sandbox_id)
@@ -149,7 +147,7 @@ async def list_processes(
     for info in running:
         live = held.get(info.pid)
         config = live.config if live is not None else None
-        if live is not None and config is not None and config.cmd:
+        if live is not None and config is not None and config.cmd:  # started through SPACE
             entry: dict[str, Any] = {
                 "config": {"cmd": config.cmd, "args": config.args, "envs": config.envs},
                 "pid": info.pid,
@@ -166,9 +164,7 @@ async def list_processes(
 
 
 @router.post("/SendInput")
-async def send_input(
-    request: Request, target: EnvdDep, front: FrontDep, state: StateDep
-) -> Response:
+async def send_input(request: Request, target: EnvdDep, state: StateDep) -> Response:
     body = await read_unary(request, SendInputRequest)
     live = await _held(state, target.sandbox_id, body.process.pid, body.process.tag)
     async with asyncio.timeout(state.settings.timeouts.node_call):
@@ -177,9 +173,7 @@ async def send_input(
 
 
 @router.post("/SendSignal")
-async def send_signal(
-    request: Request, target: EnvdDep, front: FrontDep, state: StateDep
-) -> Response:
+async def send_signal(request: Request, target: EnvdDep, state: StateDep) -> Response:
     body = await read_unary(request, SendSignalRequest)
     signum = SIGNALS.get(body.signal)
     if signum is None:
@@ -191,7 +185,7 @@ async def send_signal(
 
 
 @router.post("/Update")
-async def update(request: Request, target: EnvdDep, front: FrontDep, state: StateDep) -> Response:
+async def update(request: Request, target: EnvdDep, state: StateDep) -> Response:
     body = await read_unary(request, UpdateRequest)
     live = await _held(state, target.sandbox_id, body.process.pid, body.process.tag)
     if body.pty is not None and body.pty.size is not None:
