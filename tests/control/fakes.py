@@ -41,7 +41,7 @@ CHUNK = 64 * 1024
 
 
 class FakeCommand:
-    def __init__(self, script: str, pid: int = 4242) -> None:
+    def __init__(self, script: str, pid: int) -> None:
         self._script = script.split() or ["wait"]
         self.script = script
         self._stdin: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -177,7 +177,9 @@ class FakeNode:
         self._require(sandbox_id)
         if self.refuse_start is not None:
             raise self.refuse_start
-        return FakeCommand(request.cmd or " ".join(request.args or ()))
+        command = FakeCommand(request.cmd or " ".join(request.args or ()), pid=self._next_pid())
+        self.commands[command.pid] = command
+        return command
 
     async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         self._require(sandbox_id)
@@ -255,7 +257,7 @@ class FakeNode:
     ) -> FakeCommand:
         self._require(sandbox_id)
         script = request.args[-1] if request.args else (request.cmd or "")
-        command = FakeCommand(script, pid=1000 + len(self.commands))
+        command = FakeCommand(script, pid=self._next_pid())
         self.commands[command.pid] = command
         return command
 
@@ -274,6 +276,9 @@ class FakeNode:
         if pid not in self.commands or not self.commands[pid].running:
             raise ProcessLookupError(pid)
         return self.commands[pid]
+
+    def _next_pid(self) -> int:
+        return 1000 + len(self.commands)
 
     def _notify(self, sandbox_id: str, path: str, kind: WatchEventType) -> None:
         for (watched_id, root, recursive), queue in self.watches:

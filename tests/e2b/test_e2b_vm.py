@@ -19,11 +19,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2b import AsyncSandbox, CommandExitException, Sandbox, SandboxQuery
+from e2b import AsyncSandbox, CommandExitException, Sandbox, SandboxQuery, TimeoutException
 from e2b.sandbox.commands.command_handle import PtySize
 from e2b.sandbox.filesystem.filesystem import FileType
 from e2b.sandbox.filesystem.watch_handle import FilesystemEvent, FilesystemEventType
+from sqlalchemy import func, select
 
+from space.store.commands import CommandState
+from space.store.db import Database, make_engine
+from space.store.models import Command
 from tests.e2b.conftest import point_sdk_at
 from tests.e2e.conftest import _host_reason
 from tests.e2e.server import SpaceServer, space_binary
@@ -257,3 +261,38 @@ def test_network_options_are_enforced_by_the_gateway() -> None:
         with pytest.raises(CommandExitException) as offline_denied:
             offline.commands.run(curl + "https://pypi.org/simple/")
         assert "Could not resolve host: pypi.org" in offline_denied.value.stderr
+
+
+def test_a_v1_command_and_an_sdk_process_share_the_registry_and_end_with_the_sandbox(
+    space: tuple[SpaceServer, str],
+) -> None:
+    """Started through either front: both listed by the SDK, both holding a quota
+    slot (a `commands` row), both ended by one kill."""
+    server, key = space
+    db = Database(make_engine(f"sqlite:///{server.data_dir / 'space.db'}"))
+    v1 = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=300)
+    sandbox = Sandbox.create()
+    try:
+        started = v1.post(f"/v1/sandboxes/{sandbox.sandbox_id}/commands", json={"cmd": "sleep 300"})
+        assert started.status_code == 201, started.text
+        sdk = sandbox.commands.run("sleep 301", background=True)
+        listed = {p.pid: (p.cmd, p.args) for p in sandbox.commands.list()}
+        assert listed[sdk.pid] == ("/bin/bash", ["-l", "-c", "sleep 301"])
+        assert ("/bin/sh", ["-c", "sleep 300"]) in listed.values()
+        assert _running_rows(db, sandbox.sandbox_id) == 2
+        assert Sandbox.kill(sandbox.sandbox_id) is True
+        with pytest.raises(TimeoutException):  # envd's `unavailable`: the stream ended
+            sdk.wait()
+        assert _running_rows(db, sandbox.sandbox_id) == 0
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+        v1.close()
+        db.dispose()
+
+
+def _running_rows(db: Database, sandbox_id: str) -> int:
+    with db.session() as session:
+        query = select(func.count()).where(
+            Command.sandbox_id == sandbox_id, Command.state == CommandState.RUNNING.value
+        )
+        return int(session.scalar(query) or 0)

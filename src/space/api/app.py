@@ -11,11 +11,12 @@ from prometheus_client.registry import Collector
 from space.api import e2b
 from space.api.bootstrap import open_database
 from space.api.errors import install_error_handlers
-from space.api.hub import CommandHub
 from space.api.limits import RequestLimits
 from space.api.metrics import Metrics, MetricsMiddleware
+from space.api.process_registry import ProcessRegistry
 from space.api.routes import commands, files, keys, pty, sandboxes, system
 from space.api.routes import lifecycle as power
+from space.api.sandbox_service import SandboxService
 from space.api.state import AppState
 from space.config import Settings
 from space.console import routes as console
@@ -45,10 +46,13 @@ def create_app(
     db = db or open_database(settings)
     activity = Activity()
     controller = _controller(settings, db, node, activity)
-    hub = _hub(settings, db, node)
+    registry = _registry(settings, db, node, activity)
     lifecycle: Lifecycle = controller or DbWaiter(db, timeout=settings.timeouts.create)
+    service = SandboxService(
+        settings=settings, db=db, node=node, lifecycle=lifecycle, processes=registry
+    )
     metrics = Metrics(db, node, metrics_from)
-    e2b_front = e2b.E2bFront(settings, activity=activity)
+    e2b_front = e2b.E2bFront(settings)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -58,13 +62,13 @@ def create_app(
             yield
         finally:
             await e2b_front.aclose()
-            if hub is not None:
-                await hub.aclose()
+            if registry is not None:
+                await registry.aclose()
             if controller is not None:
                 await controller.aclose()
 
     app = FastAPI(title="SPACE", version=API_VERSION, lifespan=lifespan)
-    app.state.space = AppState(settings, db, node, lifecycle, hub, activity)
+    app.state.space = AppState(settings, db, node, lifecycle, service, registry, activity)
     app.state.metrics = metrics
     install_error_handlers(app)
     for module in (sandboxes, commands, files, power, keys, pty, system, console):
@@ -95,17 +99,21 @@ def _controller(
     )
 
 
-def _hub(settings: Settings, db: Database, node: NodeClient | None) -> CommandHub | None:
-    """The process holding the node owns command streams; earlier ones cannot resume."""
+def _registry(
+    settings: Settings, db: Database, node: NodeClient | None, activity: Activity
+) -> ProcessRegistry | None:
+    """The process holding the node owns process streams; earlier ones cannot resume."""
     if node is None:
         return None
     with db.session() as session:
         CommandRepo(session).mark_running_lost()
-    return CommandHub(
+    return ProcessRegistry(
         db=db,
         node=node,
+        quotas=settings.quotas,
+        activity=activity,
         log_dir=settings.commands_dir,
+        log_limit=settings.output.command_log_bytes,
         keepalive=settings.server.sse_keepalive_seconds,
         call_timeout=settings.timeouts.node_call,
-        log_limit=settings.output.command_log_bytes,
     )

@@ -12,7 +12,7 @@ The only place that maps exceptions to HTTP statuses:
     control.NotSupported        -> 501 not_implemented
     control.NodeUnavailable     -> 503 node_unavailable
     control.NodeFailed          -> 502 node_error
-    hub.CommandNotRunning       -> 409 command_not_running
+    process_errors.CommandNotRunning -> 409 command_not_running
     node.SandboxNotFound/Unavailable -> 409 sandbox_unavailable (the VM is gone or stopped)
     node.NodeError              -> 502 node_error
     TimeoutError                -> 504 timeout
@@ -28,7 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from space.api.hub import CommandNotRunning
+from space.api.process_errors import CommandNotRunning
 from space.control.errors import NodeFailed, NodeUnavailable, NotSupported
 from space.seam.errors import NodeError, SandboxNotFound, SandboxUnavailable
 from space.store.errors import InvalidTransition, NotFound, StaleGeneration

@@ -1,10 +1,12 @@
-"""What one API process holds: settings, database, node, controller, command hub."""
+"""What one API process holds: settings, database, node, controller, the sandbox
+service and the process registry both fronts share."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from space.api.hub import CommandHub
+from space.api.process_registry import ProcessRegistry
+from space.api.sandbox_service import SandboxService
 from space.config import Settings
 from space.control.errors import NodeUnavailable
 from space.control.expiry import Activity
@@ -19,7 +21,8 @@ class AppState:
     db: Database
     node_client: NodeClient | None
     lifecycle: Lifecycle
-    hub: CommandHub | None
+    sandboxes: SandboxService
+    registry: ProcessRegistry | None
     activity: Activity = field(default_factory=Activity)
 
     @property
@@ -29,7 +32,8 @@ class AppState:
         return self.node_client
 
     @property
-    def commands(self) -> CommandHub:
-        if self.hub is None:
+    def processes(self) -> ProcessRegistry:
+        """The registry of the process holding the node (503 on an API-only replica)."""
+        if self.registry is None:
             raise NodeUnavailable()
-        return self.hub
+        return self.registry

@@ -119,7 +119,6 @@ async def templates(principal: PrincipalDep, state: StateDep) -> TemplateList:
 @router.get("/sandboxes/{sandbox_id}/commands")
 async def commands(sandbox: SandboxDep, state: StateDep, session: SessionDep) -> CommandList:
     rows = CommandRepo(session).newest(sandbox.id, MAX_COMMANDS)
-    hub = state.hub
     return CommandList(
         commands=[
             CommandOut(
@@ -129,7 +128,7 @@ async def commands(sandbox: SandboxDep, state: StateDep, session: SessionDep) ->
                 exit_code=row.exit_code,
                 created_at=row.created_at,
                 finished_at=row.finished_at,
-                has_log=hub is not None and hub.log_path(sandbox.id, row.id).exists(),
+                has_log=state.processes.log_path(sandbox.id, row.id).exists(),
             )
             for row in rows
         ]

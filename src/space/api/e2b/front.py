@@ -1,4 +1,5 @@
-"""`E2bFront`: what the E2B-compatible routes share within one API process."""
+"""`E2bFront`: what the E2B-compatible routes share within one API process (the
+processes they start live in the registry both fronts share, `AppState.processes`)."""
 
 from __future__ import annotations
 
@@ -8,33 +9,21 @@ from fastapi import Depends, Request
 
 from space.api.deps import StateDep
 from space.api.e2b.config import E2bConfig, load_secret
-from space.api.e2b.processes import ProcessRegistry
 from space.api.e2b.routing import EnvdTarget, resolve
 from space.api.e2b.tokens import AccessTokens
 from space.api.e2b.watchers import Watchers
 from space.config import Settings
-from space.control.expiry import Activity
 
 
 class E2bFront:
-    def __init__(
-        self,
-        settings: Settings,
-        config: E2bConfig | None = None,
-        *,
-        activity: Activity | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, config: E2bConfig | None = None) -> None:
         self.config = config or E2bConfig()
         self.tokens = AccessTokens(
             load_secret(self.config, settings.data_dir), ttl=settings.keys.token_ttl
         )
-        self.processes = ProcessRegistry(
-            queue_size=self.config.stream_queue, activity=activity or Activity()
-        )
         self.watchers = Watchers(queue_size=self.config.stream_queue)
 
     async def aclose(self) -> None:
-        await self.processes.aclose()
         await self.watchers.aclose()
 
 

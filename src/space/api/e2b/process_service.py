@@ -1,4 +1,8 @@
-"""`process.Process`: Start, Connect (server streams), List, SendInput, SendSignal, Update."""
+"""`process.Process`: Start, Connect (server streams), List, SendInput, SendSignal, Update.
+
+The envd front of the process registry both fronts share (`api.process_registry`):
+a process started through `/v1` commands is listed, followed, fed and signalled
+here too, and counts against the same quota."""
 
 from __future__ import annotations
 
@@ -22,13 +26,13 @@ from space.api.e2b.messages import (
     UpdateRequest,
     process_event,
 )
-from space.api.e2b.processes import Follow, LiveProcess, ProcessConfig
 from space.api.e2b.routing import EnvdTarget
 from space.api.e2b.streams import get_within, stream_response
 from space.api.errors import ApiError
-from space.api.quotas import release_command, reserve_command
+from space.api.process_registry import LiveProcess, ProcessConfig, ProcessRegistry
 from space.api.revocation import KeyWatch
 from space.api.state import AppState
+from space.seam.values import ExecRequest
 
 router = APIRouter(prefix="/process.Process", route_class=ConnectRoute, include_in_schema=False)
 
@@ -61,44 +65,34 @@ async def start(request: Request, target: EnvdDep, front: FrontDep, state: State
         envs={**target.env, **body.process.envs},
         cwd=body.process.cwd or None,
     )
-    slot = _reserve(state, target, config)
+    node_request = ExecRequest(
+        args=(config.cmd, *config.args), env=config.envs, cwd=config.cwd, pty=pty
+    )
+    user = request_user(request)
+    stdin = pty is not None or body.stdin is None or body.stdin
+    registry = state.processes
     try:
-        async with asyncio.timeout(state.settings.timeouts.node_call):
-            live, follow = await front.processes.start(
-                state.node,
-                target.sandbox_id,
-                config,
-                user=request_user(request),
-                stdin=pty is not None or body.stdin is None or body.stdin,
-                pty=pty,
-                tag=body.tag,
-                on_end=lambda exit_code: release_command(state.db, slot, exit_code),
-            )
-    except BaseException:
-        release_command(state.db, slot)
-        raise
-    return _follow(request, front, live, follow, _watch(state, target))
+        live = await registry.start(
+            target.sandbox_id,
+            target.org_id,
+            config,
+            lambda: state.node.start_process(
+                target.sandbox_id, node_request, user=user, stdin=stdin
+            ),
+            pty=pty is not None,
+            tag=body.tag,
+        )
+    except ApiError as exc:  # a quota: envd's own code for it
+        raise ConnectError("resource_exhausted", f"{exc.code}: {exc.message}") from exc
+    return _follow(request, front, registry, live, _watch(state, target))
 
 
 @router.post("/Connect")
 async def connect(request: Request, target: EnvdDep, front: FrontDep, state: StateDep) -> Response:
     body = await read_stream_request(request, ConnectRequest)
-    async with asyncio.timeout(state.settings.timeouts.node_call):
-        live, follow = await front.processes.connect(
-            state.node, target.sandbox_id, body.process.pid, body.process.tag
-        )
-    return _follow(request, front, live, follow, _watch(state, target))
-
-
-def _reserve(state: AppState, target: EnvdTarget, config: ProcessConfig) -> str:
-    """A command row holding the process's quota slot (`resource_exhausted` if none)."""
-    argv = {"args": [config.cmd, *config.args]}
-    try:
-        return reserve_command(
-            state.db, state.settings.quotas, target.org_id, target.sandbox_id, argv
-        )
-    except ApiError as exc:
-        raise ConnectError("resource_exhausted", f"{exc.code}: {exc.message}") from exc
+    registry = state.processes
+    live = await registry.attach(target.sandbox_id, body.process.pid, body.process.tag)
+    return _follow(request, front, registry, live, _watch(state, target))
 
 
 def _watch(state: AppState, target: EnvdTarget) -> KeyWatch:
@@ -106,8 +100,15 @@ def _watch(state: AppState, target: EnvdTarget) -> KeyWatch:
 
 
 def _follow(
-    request: Request, front: E2bFront, live: LiveProcess, follow: Follow, watch: KeyWatch
+    request: Request,
+    front: E2bFront,
+    registry: ProcessRegistry,
+    live: LiveProcess,
+    watch: KeyWatch,
 ) -> Response:
+    """Stream the process's events from now on (any process of the sandbox, started
+    through either front)."""
+    follow = registry.follow(live, front.config.stream_queue)
     exited = False
 
     async def next_item(seconds: float) -> tuple[str, Any] | None:
@@ -125,7 +126,7 @@ def _follow(
         return "msg", {"event": process_event(event, live.pty)}
 
     async def cleanup() -> None:
-        front.processes.unfollow(live, follow)
+        registry.unfollow(live, follow)
 
     return stream_response(
         request,
@@ -138,17 +139,15 @@ def _follow(
 
 
 @router.post("/List")
-async def list_processes(
-    request: Request, target: EnvdDep, front: FrontDep, state: StateDep
-) -> Response:
+async def list_processes(request: Request, target: EnvdDep, state: StateDep) -> Response:
     async with asyncio.timeout(state.settings.timeouts.node_call):
         running = [p for p in await state.node.processes(target.sandbox_id) if p.running]
-    held = front.processes.held_in(target.sandbox_id)
+    held = state.processes.held_in(target.sandbox_id)
     listed: list[dict[str, Any]] = []
     for info in running:
         live = held.get(info.pid)
-        if live is not None and live.config.cmd:
-            config = live.config
+        config = live.config if live is not None else None
+        if live is not None and config is not None and config.cmd:  # started through SPACE
             entry: dict[str, Any] = {
                 "config": {"cmd": config.cmd, "args": config.args, "envs": config.envs},
                 "pid": info.pid,
@@ -165,34 +164,30 @@ async def list_processes(
 
 
 @router.post("/SendInput")
-async def send_input(
-    request: Request, target: EnvdDep, front: FrontDep, state: StateDep
-) -> Response:
+async def send_input(request: Request, target: EnvdDep, state: StateDep) -> Response:
     body = await read_unary(request, SendInputRequest)
-    live = await _held(state, front, target.sandbox_id, body.process.pid, body.process.tag)
+    live = await _held(state, target.sandbox_id, body.process.pid, body.process.tag)
     async with asyncio.timeout(state.settings.timeouts.node_call):
         await live.handle.write_stdin(body.input.data())
     return JSONResponse({})
 
 
 @router.post("/SendSignal")
-async def send_signal(
-    request: Request, target: EnvdDep, front: FrontDep, state: StateDep
-) -> Response:
+async def send_signal(request: Request, target: EnvdDep, state: StateDep) -> Response:
     body = await read_unary(request, SendSignalRequest)
     signum = SIGNALS.get(body.signal)
     if signum is None:
         raise ConnectError("invalid_argument", f"unsupported signal {body.signal!r}")
-    live = await _held(state, front, target.sandbox_id, body.process.pid, body.process.tag)
+    live = await _held(state, target.sandbox_id, body.process.pid, body.process.tag)
     async with asyncio.timeout(state.settings.timeouts.node_call):
         await live.handle.signal(signum)
     return JSONResponse({})
 
 
 @router.post("/Update")
-async def update(request: Request, target: EnvdDep, front: FrontDep, state: StateDep) -> Response:
+async def update(request: Request, target: EnvdDep, state: StateDep) -> Response:
     body = await read_unary(request, UpdateRequest)
-    live = await _held(state, front, target.sandbox_id, body.process.pid, body.process.tag)
+    live = await _held(state, target.sandbox_id, body.process.pid, body.process.tag)
     if body.pty is not None and body.pty.size is not None:
         async with asyncio.timeout(state.settings.timeouts.node_call):
             await live.handle.resize(body.pty.size.rows, body.pty.size.cols)
@@ -204,10 +199,8 @@ async def stream_input(target: EnvdDep) -> Response:
     raise ConnectError("unimplemented", "client streams are not supported; use SendInput")
 
 
-async def _held(
-    state: AppState, front: E2bFront, sandbox_id: str, pid: int | None, tag: str | None
-) -> LiveProcess:
+async def _held(state: AppState, sandbox_id: str, pid: int | None, tag: str | None) -> LiveProcess:
+    """The process for input, signals and resizes (attached if only the agent has it)."""
     if pid is None and tag is None:
         raise ConnectError("invalid_argument", "process selector needs a pid or a tag")
-    async with asyncio.timeout(state.settings.timeouts.node_call):
-        return await front.processes.held(state.node, sandbox_id, pid, tag)
+    return await state.processes.attach(sandbox_id, pid, tag)

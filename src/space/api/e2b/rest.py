@@ -2,6 +2,7 @@
 
 `X-API-KEY` carries a SPACE API key; sandboxes are scoped to its org. E2B
 `pause` is SPACE suspend; `connect` resumes a paused and restores a suspended one.
+Everything a sandbox is asked to do goes through `SandboxService`, as for `/v1`.
 """
 
 from __future__ import annotations
@@ -32,14 +33,11 @@ from space.api.e2b.rest_models import (
     sandbox_json,
 )
 from space.api.errors import out_of_bounds
-from space.api.routes.sandboxes import create_sandbox, delete_sandbox, rendered
-from space.api.schemas import CreateSandbox
+from space.api.sandbox_service import SandboxRequest, rendered
 from space.api.state import AppState
-from space.control.expiry import lifetime_until
-from space.control.power import PowerOp, apply_power
+from space.control.power import PowerOp
 from space.store.keys import Principal
 from space.store.models import Sandbox, utcnow
-from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False)
@@ -62,8 +60,7 @@ PrincipalDep = Annotated[Principal, Depends(_principal)]
 def _visible(state: AppState, principal: Principal, sandbox_id: str) -> Sandbox:
     """The caller's sandbox as E2B sees it: error and deleting ones are not found.
     A read: REST calls are not activity (envd's data-plane calls are)."""
-    with state.db.session() as session:
-        row = SandboxRepo(session).get(sandbox_id, org_id=principal.org_id)
+    row = state.sandboxes.get(principal, sandbox_id)
     if row.state not in E2B_STATE:
         raise E2bError(404, f"sandbox {sandbox_id} not found")
     return row
@@ -75,8 +72,7 @@ async def create(
 ) -> JSONResponse:
     if body.volume_mounts:
         raise E2bError(400, "volume mounts are not supported by SPACE")
-    out_of_bounds("timeout", body.timeout, state.settings.limits.timeout)
-    native = CreateSandbox(
+    request = SandboxRequest(
         template=body.template_id,
         timeout=body.timeout or None,
         on_timeout="suspend" if body.auto_pause else "kill",
@@ -84,7 +80,7 @@ async def create(
         metadata=body.metadata,
         network=body.network_policy(),
     )
-    created = await create_sandbox(native, principal, state)
+    created = await state.sandboxes.create(principal, request)
     row = _visible(state, principal, created.id)
     token = front.tokens.issue(row.id, principal.key_id)
     return JSONResponse(sandbox_json(row, token, front.config.domain), status_code=201)
@@ -133,11 +129,10 @@ async def list_v2(
 @router.delete("/sandboxes/{sandbox_id}", status_code=204)
 async def kill(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Response:
     """Also removes a sandbox in `error` (hidden from E2B's lists otherwise)."""
-    with state.db.session() as session:
-        row = SandboxRepo(session).get(sandbox_id, org_id=principal.org_id)
+    row = state.sandboxes.get(principal, sandbox_id)
     if row.state == S.DELETING.value:
         raise E2bError(404, f"sandbox {sandbox_id} is already being killed")
-    await delete_sandbox(row, state)
+    await state.sandboxes.delete(row)
     return Response(status_code=204)
 
 
@@ -229,7 +224,7 @@ async def _wake(
 
 
 async def _power(state: AppState, row: Sandbox, op: PowerOp) -> Sandbox:
-    return await apply_power(state.db, state.node, row, op, timeout=state.settings.timeouts.create)
+    return await state.sandboxes.power(row, op)
 
 
 def _deadline(state: AppState, row: Sandbox, timeout: int, *, extend_only: bool) -> None:
@@ -238,14 +233,11 @@ def _deadline(state: AppState, row: Sandbox, timeout: int, *, extend_only: bool)
     wanted = utcnow() + timedelta(seconds=timeout)
     if extend_only and (row.timeout_seconds is None or end_at(row) >= wanted):
         return
-    with state.db.session() as session:
-        SandboxRepo(session).set_timeout(row.id, lifetime_until(row, wanted))
+    state.sandboxes.set_deadline(row, wanted)
 
 
 def _listable(state: AppState, principal: Principal) -> list[Sandbox]:
-    with state.db.session() as session:
-        rows = SandboxRepo(session).list_for_org(principal.org_id)
-    return [row for row in rows if row.state in E2B_STATE]
+    return [row for row in state.sandboxes.list(principal) if row.state in E2B_STATE]
 
 
 def _metadata_filter(metadata: str | None) -> dict[str, str]:

@@ -4,19 +4,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import signal as signals
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
 from fastapi.responses import StreamingResponse
 
 from space.api.deps import DataPlaneDep, PrincipalDep, SessionDep, StateDep, require_running
 from space.api.errors import ApiError, out_of_bounds
-from space.api.quotas import admit_command, release_command, reserve_command
+from space.api.process_registry import ProcessConfig
 from space.api.revocation import KeyWatch
 from space.api.schemas import (
     MAX_COMMAND_WIRE_BYTES,
@@ -75,18 +74,12 @@ async def exec_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) -
     )
     await require_running(state, sandbox)
     limit = timeout + EXEC_GRACE_SECONDS
-    slot = reserve_command(state.db, state.settings.quotas, sandbox.org_id, sandbox.id, _argv(body))
-    exit_code: int | None = None
     try:
-        async with asyncio.timeout(limit):
-            result = await state.node.exec(sandbox.id, request)
-        exit_code = result.exit_code
+        result = await state.processes.exec(sandbox.id, sandbox.org_id, request, limit)
     except TimeoutError as exc:
         raise ApiError(504, "exec_timeout", f"command did not finish within {limit:.0f}s") from exc
     except OSError as exc:
         raise _cannot_start(body, exc) from exc
-    finally:
-        release_command(state.db, slot, exit_code)
     return ExecOut(
         exit_code=result.exit_code,
         stdout=result.stdout.decode(errors="replace"),
@@ -102,17 +95,16 @@ async def start_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) 
     request = to_request(body, state.settings.limits.exec_timeout)
     await require_running(state, sandbox)
     try:
-        command_id = await state.commands.start(
+        live = await state.processes.start(
             sandbox.id,
-            request,
-            _argv(body),
-            admit=lambda session: admit_command(
-                session, state.settings.quotas, sandbox.org_id, sandbox.id
-            ),
+            sandbox.org_id,
+            ProcessConfig.of(request),
+            lambda: state.node.start_command(sandbox.id, request),
+            pty=request.pty is not None,
         )
     except OSError as exc:
         raise _cannot_start(body, exc) from exc
-    return CommandCreated(id=command_id)
+    return CommandCreated(id=live.command_id)
 
 
 @router.get("/commands")
@@ -147,7 +139,7 @@ async def command_events(
     """`stdout`/`stderr`/`exit` events as SSE; `Last-Event-ID` resumes after that id.
     The stream ends soon after its key is revoked or expires."""
     after = _parse_last_event_id(last_event_id)
-    records = state.commands.events(sandbox.id, command_id, after)
+    records = state.processes.events(sandbox.id, command_id, after)
     watch = KeyWatch(state.db, principal.key_id, state.settings.keys.revocation_check)
     return StreamingResponse(
         event_stream(watch.guard(records)),
@@ -166,7 +158,7 @@ async def command_stdin(
         data = base64.b64decode(body.data, validate=True)
     except binascii.Error as exc:
         raise ApiError(422, "validation_error", "data: not valid base64", "data") from exc
-    await state.commands.write_stdin(command_id, data, body.eof)
+    await state.processes.write_stdin(command_id, data, body.eof)
     return Response(status_code=204)
 
 
@@ -175,7 +167,7 @@ async def command_signal(
     command_id: str, body: SignalBody, sandbox: DataPlaneDep, state: StateDep, session: SessionDep
 ) -> Response:
     CommandRepo(session).get(sandbox.id, command_id)
-    await state.commands.signal(command_id, _signum(body.signal))
+    await state.processes.signal(command_id, _signum(body.signal))
     return Response(status_code=204)
 
 
@@ -185,14 +177,11 @@ async def command_resize(
 ) -> Response:
     """Set a pty command's terminal size (the process gets SIGWINCH)."""
     CommandRepo(session).get(sandbox.id, command_id)
-    if not state.commands.has_terminal(command_id):
+    live = state.processes.command(command_id)
+    if not live.pty:
         raise ApiError(409, "no_terminal", "the command was not started with `pty`", "command_id")
-    await state.commands.resize(command_id, body.rows, body.cols)
+    await state.processes.resize(command_id, body.rows, body.cols)
     return Response(status_code=204)
-
-
-def _argv(body: ExecBody) -> dict[str, Any]:
-    return {"cmd": body.cmd} if body.cmd is not None else {"args": body.args}
 
 
 def _parse_last_event_id(value: str | None) -> int:

@@ -10,21 +10,14 @@ from space.api.deps import SandboxDep, StateDep
 from space.api.errors import out_of_bounds
 from space.api.routes.sandboxes import to_out
 from space.api.schemas import SandboxOut, TimeoutBody
-from space.control.expiry import lifetime_until
-from space.control.power import PowerOp, apply_power
-from space.store.errors import InvalidTransition
+from space.control.power import PowerOp
 from space.store.models import utcnow
-from space.store.sandboxes import SandboxRepo
-from space.store.states import SandboxState
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["lifecycle"])
 
 
 async def _power(state: StateDep, sandbox: SandboxDep, op: PowerOp) -> SandboxOut:
-    row = await apply_power(
-        state.db, state.node, sandbox, op, timeout=state.settings.timeouts.create
-    )
-    return to_out(row)
+    return to_out(await state.sandboxes.power(sandbox, op))
 
 
 @router.post("/pause")
@@ -53,10 +46,5 @@ async def restore(sandbox: SandboxDep, state: StateDep) -> SandboxOut:
 async def set_timeout(body: TimeoutBody, sandbox: SandboxDep, state: StateDep) -> SandboxOut:
     """Reset the absolute deadline to `timeout` seconds from now (earlier or later)."""
     out_of_bounds("timeout", body.timeout, state.settings.limits.timeout)
-    if sandbox.state == SandboxState.DELETING.value:
-        raise InvalidTransition(sandbox.id, sandbox.state, "a new deadline")
-    lifetime = lifetime_until(sandbox, utcnow() + timedelta(seconds=body.timeout))
-    with state.db.session() as session:
-        repo = SandboxRepo(session)
-        repo.set_timeout(sandbox.id, lifetime)
-        return to_out(repo.get(sandbox.id))
+    deadline = utcnow() + timedelta(seconds=body.timeout)
+    return to_out(state.sandboxes.set_deadline(sandbox, deadline))

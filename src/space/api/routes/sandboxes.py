@@ -1,26 +1,17 @@
-"""`POST/GET /v1/sandboxes`, `GET/DELETE /v1/sandboxes/{id}`."""
+"""`POST/GET /v1/sandboxes`, `GET/DELETE /v1/sandboxes/{id}`: the `/v1` front of
+`SandboxService`."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
-from typing import TypeVar
-
 from fastapi import APIRouter, Response
 
-from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep
-from space.api.errors import ApiError, out_of_bounds
-from space.api.quotas import admit_sandbox
+from space.api.deps import PrincipalDep, SandboxDep, StateDep
+from space.api.sandbox_service import SandboxRequest, rendered
 from space.api.schemas import CreateSandbox, SandboxList, SandboxOut
 from space.control.expiry import expires_at
-from space.gateway.policy import PolicyError
 from space.store.models import Sandbox
-from space.store.sandboxes import NewSandbox, SandboxRepo
-from space.store.states import DesiredState, SandboxState
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
-log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 def to_out(row: Sandbox) -> SandboxOut:
@@ -45,58 +36,21 @@ async def create_sandbox(
     body: CreateSandbox, principal: PrincipalDep, state: StateDep
 ) -> SandboxOut:
     """Create a sandbox; answers once it is running."""
-    limit = state.settings.limits.timeout
-    out_of_bounds("timeout", body.timeout or 0, limit)
-    out_of_bounds("idle_timeout", body.idle_timeout or 0, limit)
-    node = state.node_client
-    if node is not None and body.template not in (known := await node.templates()):
-        raise ApiError(
-            422,
-            "unknown_template",
-            f"no template {body.template!r}; known: {', '.join(known)}",
-            "template",
-        )
-    try:
-        network = state.settings.egress.org_policies().resolve(principal.org_name, body.network)
-    except PolicyError as exc:
-        raise ApiError(422, "invalid_network_policy", str(exc), "network") from exc
-    new = NewSandbox(
+    request = SandboxRequest(
         template=body.template,
-        idle_timeout_seconds=body.idle_timeout or state.settings.timeouts.idle_for(body.template),
-        timeout_seconds=body.timeout,
+        timeout=body.timeout,
         on_timeout=body.on_timeout,
+        idle_timeout=body.idle_timeout,
         env=body.env,
         metadata=body.metadata,
-        network=network,
+        network=body.network,
     )
-    with state.db.session() as session:
-        admit_sandbox(session, state.settings.quotas, principal)
-        sandbox_id = SandboxRepo(session).create(principal.org_id, principal.project_id, new).id
-    await state.lifecycle.ensure_created(sandbox_id)
-    with state.db.session() as session:
-        row = SandboxRepo(session).get(sandbox_id)
-    if row.state == SandboxState.ERROR.value:
-        raise ApiError(502, "sandbox_create_failed", f"sandbox {row.id}: {row.reason}")
-    if row.state != SandboxState.RUNNING.value:
-        raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
-    return to_out(row)
+    return to_out(await state.sandboxes.create(principal, request))
 
 
 @router.get("")
-async def list_sandboxes(principal: PrincipalDep, session: SessionDep) -> SandboxList:
-    rows = SandboxRepo(session).list_for_org(principal.org_id)
-    return SandboxList(sandboxes=rendered(rows, to_out))
-
-
-def rendered(rows: list[Sandbox], render: Callable[[Sandbox], T]) -> list[T]:
-    """Each row rendered; one that cannot be (a corrupt row) is logged and left out."""
-    out: list[T] = []
-    for row in rows:
-        try:
-            out.append(render(row))
-        except (ValueError, TypeError, OverflowError):
-            log.exception("sandbox %s cannot be shown, leaving it out of the list", row.id)
-    return out
+async def list_sandboxes(principal: PrincipalDep, state: StateDep) -> SandboxList:
+    return SandboxList(sandboxes=rendered(state.sandboxes.list(principal), to_out))
 
 
 @router.get("/{sandbox_id}")
@@ -107,14 +61,5 @@ async def get_sandbox(sandbox: SandboxDep) -> SandboxOut:
 @router.delete("/{sandbox_id}", status_code=204)
 async def delete_sandbox(sandbox: SandboxDep, state: StateDep) -> Response:
     """Mark the sandbox for deletion and destroy its VM."""
-    with state.db.session() as session:
-        SandboxRepo(session).transition(
-            sandbox.id,
-            expected_generation=sandbox.generation,
-            to=SandboxState.DELETING,
-            desired=DesiredState.DELETED,
-        )
-    await state.lifecycle.ensure_deleted(sandbox.id)
-    if state.hub is not None:
-        state.hub.discard(sandbox.id)
+    await state.sandboxes.delete(sandbox)
     return Response(status_code=204)

@@ -1,0 +1,310 @@
+"""The one registry of processes started in sandboxes, behind both fronts.
+
+`/v1` commands (`POST .../commands`), `/v1` exec and envd's `process.Process`
+all start here: a `commands` row is written first, in one transaction with the
+org's quota check (`api.quotas`), so every process holds exactly one slot however
+it was started, and a failed start releases it. A started process has one handle
+and one pump that appends every event to its log (`eventlog`: replayable by
+`/v1` readers, at most `log_limit` bytes, draining on past it) and fans it out to
+live followers (envd `Start`/`Connect` streams). A follower that cannot keep up is
+cut off (its queue is bounded in events and in output bytes) rather than making
+the pump buffer without limit.
+
+Processes are found by command id (`/v1`) or by `(sandbox, pid)` / tag (envd), so
+a command started through one front can be listed, followed, fed and signalled
+through the other. A running process keeps its sandbox from idling. Deleting a
+sandbox (`end_sandbox`) ends its pumps, releases their slots and removes its logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from space.api.eventlog import LogWriter, Record, follow
+from space.api.process_errors import CommandNotRunning
+from space.api.quotas import release_command, reserve_command
+from space.config import QuotaConfig
+from space.control.expiry import Activity
+from space.seam.protocol import CommandHandle, NodeClient
+from space.seam.values import ExecRequest, ExecResult, ProcessEvent
+from space.store.db import Database
+from space.store.errors import NotFound
+from space.store.keys import new_id
+from space.tasks import TaskSet
+
+log = logging.getLogger(__name__)
+
+#: Output bytes one follower may have queued before it is cut off.
+FOLLOW_BYTES = 16 << 20
+
+#: How a front asks the node for the process (`start_command`, `start_process`).
+Launch = Callable[[], Awaitable[CommandHandle]]
+
+
+class Follow(asyncio.Queue[ProcessEvent | None]):
+    """What a follower's queue carries: an event, or None when it ended or was cut
+    off; `bytes` counts the output it holds."""
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__(maxsize)
+        self.bytes = 0
+
+    def _put(self, item: ProcessEvent | None) -> None:
+        super()._put(item)
+        self.bytes += len(item.data) if item is not None else 0
+
+    def _get(self) -> ProcessEvent | None:
+        item = super()._get()
+        self.bytes -= len(item.data) if item is not None else 0
+        return item
+
+
+@dataclass(frozen=True)
+class ProcessConfig:
+    """What a process was started as (envd's `ProcessConfig`, shown by `List`)."""
+
+    cmd: str
+    args: list[str]
+    envs: dict[str, str]
+    cwd: str | None
+
+    @classmethod
+    def of(cls, request: ExecRequest) -> ProcessConfig:
+        """`cmd` runs as `/bin/sh -c cmd`, `args` directly."""
+        shell = ["/bin/sh", "-c", request.cmd] if request.cmd is not None else None
+        argv = shell or list(request.args or ())
+        return cls(argv[0] if argv else "", argv[1:], dict(request.env), request.cwd)
+
+
+@dataclass
+class LiveProcess:
+    sandbox_id: str
+    command_id: str  # `/v1`'s id; its `commands` row holds the quota slot, if `writer`
+    handle: CommandHandle
+    config: ProcessConfig | None  # None: attached (started elsewhere: no slot, no log)
+    pty: bool = False
+    tag: str | None = None
+    writer: LogWriter | None = None
+    followers: set[Follow] = field(default_factory=set)
+    pump: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.handle.pid
+
+
+class ProcessRegistry:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        node: NodeClient,
+        quotas: QuotaConfig,
+        activity: Activity,
+        log_dir: Path,
+        log_limit: int,
+        keepalive: float,
+        call_timeout: float,
+    ) -> None:
+        self._db = db
+        self._node = node
+        self._quotas = quotas
+        self._activity = activity
+        self._log_dir = log_dir
+        self._log_limit = log_limit
+        self._keepalive = keepalive
+        self._call_timeout = call_timeout
+        self._by_pid: dict[tuple[str, int], LiveProcess] = {}
+        self._by_command: dict[str, LiveProcess] = {}
+        self._tasks = TaskSet()
+
+    # -- starting ------------------------------------------------------------------
+
+    async def start(
+        self,
+        sandbox_id: str,
+        org_id: str,
+        config: ProcessConfig,
+        launch: Launch,
+        *,
+        pty: bool = False,
+        tag: str | None = None,
+    ) -> LiveProcess:
+        """Admit (429 `quota_exceeded` past a limit), launch within the node-call
+        timeout, then pump its events until its `exit`. The pump first runs at the
+        caller's next await: a follower taken before that sees every event."""
+        command_id = self._reserve(sandbox_id, org_id, config)
+        try:
+            async with asyncio.timeout(self._call_timeout):
+                handle = await launch()
+        except BaseException:
+            release_command(self._db, command_id)
+            raise
+        writer = LogWriter(self.log_path(sandbox_id, command_id), self._log_limit)
+        live = LiveProcess(sandbox_id, command_id, handle, config, pty, tag, writer)
+        self._register(live)
+        return live
+
+    async def exec(
+        self, sandbox_id: str, org_id: str, request: ExecRequest, timeout: float
+    ) -> ExecResult:
+        """Run to completion (`node.exec`), holding a slot while it runs."""
+        command_id = self._reserve(sandbox_id, org_id, ProcessConfig.of(request))
+        exit_code: int | None = None
+        try:
+            async with asyncio.timeout(timeout):
+                result = await self._node.exec(sandbox_id, request)
+            exit_code = result.exit_code
+            return result
+        finally:
+            release_command(self._db, command_id, exit_code)
+
+    async def attach(self, sandbox_id: str, pid: int | None, tag: str | None) -> LiveProcess:
+        """A process this registry holds, or one only the agent still knows (attached
+        then: no slot, no log); ProcessLookupError if neither has it."""
+        live = self.find(sandbox_id, pid, tag)
+        if live is not None:
+            return live
+        if pid is None:
+            raise ProcessLookupError(f"no process tagged {tag!r}")
+        async with asyncio.timeout(self._call_timeout):
+            handle = await self._node.attach(sandbox_id, pid)
+        live = self.find(sandbox_id, pid, None)  # registered while we waited
+        if live is not None:
+            return live
+        live = LiveProcess(sandbox_id, new_id("cmd"), handle, None)
+        self._register(live)
+        return live
+
+    # -- finding -------------------------------------------------------------------
+
+    def find(self, sandbox_id: str, pid: int | None, tag: str | None) -> LiveProcess | None:
+        if pid is not None:
+            return self._by_pid.get((sandbox_id, pid))
+        if tag is None:
+            return None
+        return next(
+            (p for p in self._by_pid.values() if p.sandbox_id == sandbox_id and p.tag == tag),
+            None,
+        )
+
+    def held_in(self, sandbox_id: str) -> dict[int, LiveProcess]:
+        return {pid: live for (sid, pid), live in self._by_pid.items() if sid == sandbox_id}
+
+    def command(self, command_id: str) -> LiveProcess:
+        live = self._by_command.get(command_id)
+        if live is None:
+            raise CommandNotRunning(command_id)
+        return live
+
+    # -- following -----------------------------------------------------------------
+
+    def log_path(self, sandbox_id: str, command_id: str) -> Path:
+        return self._log_dir / sandbox_id / f"{command_id}.jsonl"
+
+    def events(self, sandbox_id: str, command_id: str, after: int) -> AsyncIterator[Record | None]:
+        """Replay the log from `after`, then follow; NotFound for an unknown command."""
+        path = self.log_path(sandbox_id, command_id)
+        if not path.exists():
+            raise NotFound("command", command_id)
+        live = self._by_command.get(command_id)
+        return follow(path, after, live.writer if live else None, self._keepalive)
+
+    def follow(self, live: LiveProcess, queue_size: int) -> Follow:
+        """A live feed of the process's events from now on (None at its end)."""
+        feed = Follow(queue_size + 1)  # +1: room for the end mark
+        if live.pump is None or live.pump.done():
+            feed.put_nowait(None)
+        else:
+            live.followers.add(feed)
+        return feed
+
+    def unfollow(self, live: LiveProcess, feed: Follow) -> None:
+        live.followers.discard(feed)
+
+    # -- input and signals (by command id) ---------------------------------------
+
+    async def write_stdin(self, command_id: str, data: bytes, eof: bool) -> None:
+        handle = self.command(command_id).handle
+        async with asyncio.timeout(self._call_timeout):
+            if data:
+                await handle.write_stdin(data)
+            if eof:
+                await handle.close_stdin()
+
+    async def signal(self, command_id: str, signum: int) -> None:
+        async with asyncio.timeout(self._call_timeout):
+            await self.command(command_id).handle.signal(signum)
+
+    async def resize(self, command_id: str, rows: int, cols: int) -> None:
+        async with asyncio.timeout(self._call_timeout):
+            await self.command(command_id).handle.resize(rows, cols)
+
+    # -- ending --------------------------------------------------------------------
+
+    async def end_sandbox(self, sandbox_id: str) -> None:
+        """The sandbox is gone: end every pump of it (its slots released, followers
+        told) and remove its logs (open readers keep their file handle)."""
+        pumps = [p.pump for p in self.held_in(sandbox_id).values() if p.pump is not None]
+        for pump in pumps:
+            pump.cancel()
+        if pumps:
+            await asyncio.wait(pumps, timeout=self._call_timeout)
+        shutil.rmtree(self._log_dir / sandbox_id, ignore_errors=True)
+
+    async def aclose(self) -> None:
+        await self._tasks.cancel_all()
+
+    # -- internals -----------------------------------------------------------------
+
+    def _reserve(self, sandbox_id: str, org_id: str, config: ProcessConfig) -> str:
+        argv: dict[str, Any] = {"args": [config.cmd, *config.args]}
+        return reserve_command(self._db, self._quotas, org_id, sandbox_id, argv)
+
+    def _register(self, live: LiveProcess) -> None:
+        self._by_pid[(live.sandbox_id, live.pid)] = live
+        self._by_command[live.command_id] = live
+        name = f"process-pump-{live.sandbox_id}-{live.command_id}"
+        live.pump = self._tasks.spawn(self._pump(live), name)
+
+    async def _pump(self, live: LiveProcess) -> None:
+        exit_code: int | None = None
+        try:
+            with self._activity.hold(live.sandbox_id):  # a running process is activity
+                exit_code = await self._relay(live)
+        except Exception as exc:  # the VM stopped or was suspended: the process is lost
+            log.info("process %d in %s lost its output: %s", live.pid, live.sandbox_id, exc)
+        finally:
+            self._forget(live)
+            if live.writer is not None:
+                live.writer.close()
+                release_command(self._db, live.command_id, exit_code)
+            for feed in live.followers:
+                if not feed.full():
+                    feed.put_nowait(None)
+            live.followers.clear()
+
+    async def _relay(self, live: LiveProcess) -> int | None:
+        async for event in live.handle.events():
+            if live.writer is not None:
+                live.writer.append(event)
+            for feed in list(live.followers):
+                if feed.qsize() >= feed.maxsize - 1 or feed.bytes >= FOLLOW_BYTES:
+                    live.followers.discard(feed)
+                    feed.put_nowait(None)
+                else:
+                    feed.put_nowait(event)
+            if event.kind == "exit":
+                return event.exit_code
+        return None
+
+    def _forget(self, live: LiveProcess) -> None:
+        if self._by_pid.get((live.sandbox_id, live.pid)) is live:
+            del self._by_pid[(live.sandbox_id, live.pid)]
+        self._by_command.pop(live.command_id, None)

@@ -1,0 +1,177 @@
+"""`SandboxService`: what a sandbox is asked to do, for both fronts (`/v1`, E2B).
+
+Create (bounds, template, egress policy against the org's default and ceiling,
+quota admission and the row in one transaction, then `Lifecycle.ensure_created`),
+delete (`deleting`, `ensure_deleted`, then the sandbox's processes and logs in
+the process registry), list and get in the caller's org, power operations and
+the deadline. The fronts only translate their bodies in and their shapes out.
+
+Refusals are `ApiError`s (status, code, message, field); each front renders
+them in its own error shape:
+
+    422 out_of_bounds           timeout / idle_timeout past SPACE_LIMITS_TIMEOUT
+    422 unknown_template        the node has no such template (field `template`)
+    422 invalid_network_policy  beyond the org's ceiling, or malformed (`network`)
+    429 quota_exceeded          the org is at its sandbox limit (`api.quotas`)
+    502 sandbox_create_failed   the node could not create it (the reason)
+    409 conflict                it was deleted while being created
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+from space.api.errors import ApiError, out_of_bounds
+from space.api.process_registry import ProcessRegistry
+from space.api.quotas import admit_sandbox
+from space.config import Settings
+from space.control.errors import NodeUnavailable
+from space.control.expiry import lifetime_until
+from space.control.power import PowerOp, apply_power
+from space.control.waiter import Lifecycle
+from space.gateway.policy import PolicyError
+from space.seam.protocol import NodeClient
+from space.store.db import Database
+from space.store.errors import InvalidTransition
+from space.store.keys import Principal
+from space.store.models import Sandbox
+from space.store.sandboxes import NewSandbox, SandboxRepo
+from space.store.states import DesiredState, SandboxState
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SandboxRequest:
+    """A sandbox as a front asks for it (bodies already validated by the front)."""
+
+    template: str = "base"
+    timeout: int | None = None
+    on_timeout: Literal["kill", "suspend"] = "kill"
+    idle_timeout: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    network: dict[str, Any] | None = None
+
+
+class SandboxService:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        db: Database,
+        node: NodeClient | None,
+        lifecycle: Lifecycle,
+        processes: ProcessRegistry | None,
+    ) -> None:
+        self._settings = settings
+        self._db = db
+        self._node = node
+        self._lifecycle = lifecycle
+        self._processes = processes
+
+    async def create(self, principal: Principal, request: SandboxRequest) -> Sandbox:
+        """The new sandbox's row once it is running."""
+        limit = self._settings.limits.timeout
+        out_of_bounds("timeout", request.timeout or 0, limit)
+        out_of_bounds("idle_timeout", request.idle_timeout or 0, limit)
+        await self.validate_template(request.template)
+        new = NewSandbox(
+            template=request.template,
+            idle_timeout_seconds=request.idle_timeout
+            or self._settings.timeouts.idle_for(request.template),
+            timeout_seconds=request.timeout,
+            on_timeout=request.on_timeout,
+            env=request.env,
+            metadata=request.metadata,
+            network=self.resolve_network(principal, request.network),
+        )
+        with self._db.session() as session:
+            admit_sandbox(session, self._settings.quotas, principal)
+            sandbox_id = SandboxRepo(session).create(principal.org_id, principal.project_id, new).id
+        await self._lifecycle.ensure_created(sandbox_id)
+        row = self.get(principal, sandbox_id)
+        if row.state == SandboxState.ERROR.value:
+            raise ApiError(502, "sandbox_create_failed", f"sandbox {row.id}: {row.reason}")
+        if row.state != SandboxState.RUNNING.value:
+            raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
+        return row
+
+    async def validate_template(self, template: str) -> None:
+        """422 unless the node knows `template` (not checked without a node here)."""
+        if self._node is not None and template not in (known := await self._node.templates()):
+            raise ApiError(
+                422,
+                "unknown_template",
+                f"no template {template!r}; known: {', '.join(known)}",
+                "template",
+            )
+
+    def resolve_network(
+        self, principal: Principal, network: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """The egress policy the sandbox gets: the org's default, or `network` within
+        the org's ceiling."""
+        try:
+            return self._settings.egress.org_policies().resolve(principal.org_name, network)
+        except PolicyError as exc:
+            raise ApiError(422, "invalid_network_policy", str(exc), "network") from exc
+
+    def get(self, principal: Principal, sandbox_id: str) -> Sandbox:
+        """The caller's sandbox (another org's is NotFound). A read: not activity."""
+        with self._db.session() as session:
+            return SandboxRepo(session).get(sandbox_id, org_id=principal.org_id)
+
+    def list(self, principal: Principal) -> list[Sandbox]:
+        with self._db.session() as session:
+            return SandboxRepo(session).list_for_org(principal.org_id)
+
+    async def delete(self, row: Sandbox) -> None:
+        """Mark it for deletion, destroy its VM, then end its processes."""
+        with self._db.session() as session:
+            SandboxRepo(session).transition(
+                row.id,
+                expected_generation=row.generation,
+                to=SandboxState.DELETING,
+                desired=DesiredState.DELETED,
+            )
+        await self._lifecycle.ensure_deleted(row.id)
+        if self._processes is not None:
+            await self._processes.end_sandbox(row.id)
+
+    async def power(self, row: Sandbox, op: PowerOp) -> Sandbox:
+        """Pause, resume, suspend or restore (the node's own timeout: create's)."""
+        return await apply_power(
+            self._db, self._node_or_unavailable(), row, op, timeout=self._settings.timeouts.create
+        )
+
+    def set_deadline(self, row: Sandbox, deadline: datetime) -> Sandbox:
+        """The sandbox now ends at `deadline` (earlier or later); not while deleting."""
+        if row.state == SandboxState.DELETING.value:
+            raise InvalidTransition(row.id, row.state, "a new deadline")
+        with self._db.session() as session:
+            repo = SandboxRepo(session)
+            repo.set_timeout(row.id, lifetime_until(row, deadline))
+            return repo.get(row.id)
+
+    def _node_or_unavailable(self) -> NodeClient:
+        if self._node is None:
+            raise NodeUnavailable()
+        return self._node
+
+
+def rendered(rows: list[Sandbox], render: Callable[[Sandbox], T]) -> list[T]:
+    """Each row rendered in a front's shape; one that cannot be (a corrupt row) is
+    logged and left out of the list."""
+    out: list[T] = []
+    for row in rows:
+        try:
+            out.append(render(row))
+        except (ValueError, TypeError, OverflowError):
+            log.exception("sandbox %s cannot be shown, leaving it out of the list", row.id)
+    return out

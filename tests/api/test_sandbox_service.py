@@ -1,0 +1,118 @@
+"""`SandboxService` on its own: what both fronts get from it, before any wire shape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from fastapi import FastAPI
+
+from space.api.errors import ApiError
+from space.api.sandbox_service import SandboxRequest, SandboxService
+from space.config import EgressConfig, QuotaConfig, Settings
+from space.store.db import Database
+from space.store.errors import NotFound
+from space.store.keys import KeyRepo, Principal
+from tests.control.fakes import FakeNode
+
+pytestmark = pytest.mark.usefixtures("client")  # the app's lifespan (its controller) runs
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    egress = EgressConfig(org_ceilings={"acme": {"mode": "allowlist", "allow": ["x.io"]}})
+    return settings.model_copy(update={"egress": egress, "quotas": QuotaConfig(sandboxes=2)})
+
+
+@pytest.fixture
+def service(app: FastAPI) -> SandboxService:
+    service: SandboxService = app.state.space.sandboxes
+    return service
+
+
+@pytest.fixture
+def principal(db: Database, make_key: Callable[..., str]) -> Callable[[str], Principal]:
+    def of(org: str) -> Principal:
+        with db.session() as session:
+            found = KeyRepo(session).authenticate(make_key(org))
+        assert found is not None
+        return found
+
+    return of
+
+
+async def test_create_answers_the_running_row_within_the_callers_org(
+    service: SandboxService, principal: Callable[[str], Principal]
+) -> None:
+    acme, other = principal("acme"), principal("other")
+    row = await service.create(acme, SandboxRequest(metadata={"k": "v"}, idle_timeout=60))
+    assert (row.state, row.meta, row.idle_timeout_seconds) == ("running", {"k": "v"}, 60)
+    assert [r.id for r in service.list(acme)] == [row.id]
+    assert service.list(other) == []
+    with pytest.raises(NotFound):
+        service.get(other, row.id)
+
+
+@pytest.mark.parametrize(
+    ("request_", "status", "code", "field"),
+    [
+        (SandboxRequest(template="nope"), 422, "unknown_template", "template"),
+        (SandboxRequest(network={"mode": "open"}), 422, "invalid_network_policy", "network"),
+        (SandboxRequest(timeout=10**9), 422, "out_of_bounds", "timeout"),
+        (SandboxRequest(idle_timeout=10**9), 422, "out_of_bounds", "idle_timeout"),
+    ],
+)
+async def test_refusals_name_the_field_and_write_nothing(
+    service: SandboxService,
+    principal: Callable[[str], Principal],
+    request_: SandboxRequest,
+    status: int,
+    code: str,
+    field: str,
+) -> None:
+    acme = principal("acme")
+    with pytest.raises(ApiError) as refused:
+        await service.create(acme, request_)
+    assert (refused.value.status, refused.value.code, refused.value.field) == (status, code, field)
+    assert service.list(acme) == []
+
+
+async def test_the_org_quota_and_a_failed_create(
+    service: SandboxService, principal: Callable[[str], Principal], fake_node: FakeNode
+) -> None:
+    acme = principal("acme")
+    await service.create(acme, SandboxRequest())
+    fake_node.fail_create = "no disk"
+    with pytest.raises(ApiError) as failed:
+        await service.create(acme, SandboxRequest())
+    assert (failed.value.status, failed.value.code) == (502, "sandbox_create_failed")
+    assert "no disk" in failed.value.message
+    fake_node.fail_create = None
+    await service.create(acme, SandboxRequest())  # an `error` row holds no slot
+    with pytest.raises(ApiError) as over:
+        await service.create(acme, SandboxRequest())
+    assert (over.value.status, over.value.field) == (429, "sandboxes_per_org")
+
+
+async def test_delete_destroys_the_vm_and_frees_the_slot(
+    service: SandboxService, principal: Callable[[str], Principal], fake_node: FakeNode
+) -> None:
+    acme = principal("acme")
+    row = await service.create(acme, SandboxRequest())
+    await service.delete(row)
+    assert row.id in fake_node.destroyed
+    with pytest.raises(NotFound):  # deleted
+        service.get(acme, row.id)
+    await service.create(acme, SandboxRequest())
+    await service.create(acme, SandboxRequest())
+
+
+async def test_a_deadline_moves_either_way(
+    service: SandboxService, principal: Callable[[str], Principal]
+) -> None:
+    row = await service.create(principal("acme"), SandboxRequest(timeout=600))
+    later = service.set_deadline(row, row.created_at + timedelta(days=2))
+    assert later.timeout_seconds == 2 * 86400
+    earlier = service.set_deadline(later, row.created_at + timedelta(seconds=30))
+    assert earlier.timeout_seconds == 30
