@@ -18,6 +18,7 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
+from space import faults
 from space.node.agent import AgentClient
 from space.node.agentops import AgentOpsMixin
 from space.node.client import (
@@ -266,6 +267,7 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         snapshotter, vm = self._ready_snapshotter(), _vm(sandbox)
         try:
             await snapshotter.capture(vm, sandbox.record.slot, {"sandbox_id": sandbox_id})
+            faults.point("after_seal")
         except BaseException:
             await self._recover_from_failed_suspend(sandbox, vm)
             raise

@@ -36,7 +36,7 @@ from space.api.routes.sandboxes import create_sandbox, delete_sandbox, rendered
 from space.api.schemas import CreateSandbox
 from space.api.state import AppState
 from space.control.expiry import lifetime_until
-from space.control.power import PowerOp, apply_power
+from space.control.power import PowerOp
 from space.store.keys import Principal
 from space.store.models import Sandbox, utcnow
 from space.store.sandboxes import SandboxRepo
@@ -229,7 +229,7 @@ async def _wake(
 
 
 async def _power(state: AppState, row: Sandbox, op: PowerOp) -> Sandbox:
-    return await apply_power(state.db, state.node, row, op, timeout=state.settings.timeouts.create)
+    return await state.lifecycle.power(row, op)
 
 
 def _deadline(state: AppState, row: Sandbox, timeout: int, *, extend_only: bool) -> None:

@@ -11,7 +11,7 @@ from space.api.errors import out_of_bounds
 from space.api.routes.sandboxes import to_out
 from space.api.schemas import SandboxOut, TimeoutBody
 from space.control.expiry import lifetime_until
-from space.control.power import PowerOp, apply_power
+from space.control.power import PowerOp
 from space.store.errors import InvalidTransition
 from space.store.models import utcnow
 from space.store.sandboxes import SandboxRepo
@@ -21,10 +21,7 @@ router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["lifecycle"])
 
 
 async def _power(state: StateDep, sandbox: SandboxDep, op: PowerOp) -> SandboxOut:
-    row = await apply_power(
-        state.db, state.node, sandbox, op, timeout=state.settings.timeouts.create
-    )
-    return to_out(row)
+    return to_out(await state.lifecycle.power(sandbox, op))
 
 
 @router.post("/pause")
