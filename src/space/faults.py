@@ -1,11 +1,12 @@
 """Test-only fault injection: `SPACE_FAULTS` kills the process or fails a chosen step.
 
-`SPACE_FAULTS="pause.before_qmp_stop=kill,suspend.mid_snapshot=fail"` names steps
-as `<operation>.<point>`. Code marks a step with one line, `faults.point("...")`;
-the operation comes from the enclosing `with faults.operation("pause"):` (the
-control plane sets it around each operation), so shared code (QMP, disk clones)
-marks a step once for every operation that passes through it. A point whose name
-already holds a dot (`timeout.after_update`) is matched as written.
+`SPACE_FAULTS="pause.before_qmp_stop=kill,suspend.mid_snapshot@sb12=fail"` names
+steps as `<operation>.<point>`, optionally only for one sandbox (`@<sandbox id>`).
+Code marks a step with one line, `faults.point("...")`; the operation (and its
+sandbox) come from the enclosing `with faults.operation("pause", sandbox_id):`
+(the control plane sets it around each operation), so shared code (QMP, disk
+clones) marks a step once for every operation that passes through it. A point
+whose name already holds a dot (`timeout.before_commit`) is matched as written.
 
 - `kill`: SIGKILL this process at that point, as a crash would.
 - `fail`: raise `FaultInjected` there, as a failing step would.
@@ -27,7 +28,7 @@ from typing import Literal
 ENV = "SPACE_FAULTS"
 Action = Literal["kill", "fail"]
 
-_operation: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+_operation: contextvars.ContextVar[tuple[str, str | None] | None] = contextvars.ContextVar(
     "space_fault_operation", default=None
 )
 
@@ -37,7 +38,8 @@ class FaultInjected(RuntimeError):
 
 
 def parse(spec: str) -> dict[str, Action]:
-    """`step=kill|fail[,...]` as a mapping; raises `ValueError` naming a bad entry."""
+    """`step[@sandbox]=kill|fail[,...]` as a mapping; raises `ValueError` naming a
+    bad entry."""
     plan: dict[str, Action] = {}
     for entry in filter(None, (item.strip() for item in spec.split(","))):
         step, _, action = entry.partition("=")
@@ -53,9 +55,10 @@ def _plan() -> dict[str, Action]:
 
 
 @contextmanager
-def operation(name: str) -> Iterator[None]:
-    """Name the operation whose steps the points inside this block belong to."""
-    token = _operation.set(name)
+def operation(name: str, sandbox_id: str | None = None) -> Iterator[None]:
+    """Name the operation (and its sandbox) whose steps the points inside this
+    block belong to."""
+    token = _operation.set((name, sandbox_id))
     try:
         yield
     finally:
@@ -68,8 +71,9 @@ def point(step: str) -> None:
     if not plan:
         return
     current = _operation.get()
-    name = step if "." in step or current is None else f"{current}.{step}"
-    action = plan.get(name)
+    name = step if "." in step or current is None else f"{current[0]}.{step}"
+    sandbox_id = current[1] if current is not None else None
+    action = plan.get(f"{name}@{sandbox_id}") or plan.get(name)
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "fail":

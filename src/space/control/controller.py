@@ -167,7 +167,7 @@ class Controller:
         )
 
     async def _create(self, sandbox_id: str) -> None:
-        with faults.operation("create"):
+        with faults.operation("create", sandbox_id):
             faults.point("after_commit")
             await self._create_now(sandbox_id)
 
@@ -208,7 +208,7 @@ class Controller:
             if row.state != SandboxState.DELETING.value:
                 return
             generation = row.generation
-        with faults.operation("delete"):
+        with faults.operation("delete", sandbox_id):
             faults.point("after_commit")
             await self._destroy(sandbox_id)
         self._transition(sandbox_id, generation, SandboxState.DELETED, None)

@@ -86,7 +86,7 @@ async def apply_power(
     """Run `op` on the node and record the outcome; returns the updated row."""
     step = STEPS[op]
     call = node_call(node, op)
-    with faults.operation(op):
+    with faults.operation(op, sandbox.id):
         generation = _begin(db, sandbox, step, due).generation
         faults.point("after_commit")
         try:

@@ -230,7 +230,8 @@ class SandboxRepo:
             .values(timeout_seconds=timeout_seconds, updated_at=utcnow())
             .execution_options(synchronize_session=False)
         )
-        faults.point("timeout.before_commit")
+        with faults.operation("timeout", sandbox_id):
+            faults.point("before_commit")
 
     def count_by_state(self) -> dict[str, int]:
         query = select(Sandbox.state, func.count()).group_by(Sandbox.state)
