@@ -1,10 +1,12 @@
 """The startup sweep: adopt what a previous run left alive, remove every leftover.
 
-Records are adopted concurrently. An adopted VM's agent handshake is retried with
-backoff until `RecoveryConfig.agent_deadline` (a slow VM on a busy host is not a
-lost one). A record that says suspended, or whose VM died but left a sealed
-snapshot, is restorable: whatever live resources it still has (a VM a crash left
-mid-restore or mid-suspend, its namespace, its run dir) are removed. A record
+Records are adopted concurrently. An adopted VM's agent handshake runs in the
+background (the sandbox reported `creating` meanwhile, so the node serves the
+others at once) and is retried with backoff until `RecoveryConfig.agent_deadline`:
+a slow VM on a busy host is not a lost one. A record that says suspended, or whose
+VM died but left a sealed snapshot, is restorable: whatever live resources it
+still has (a VM a crash left mid-restore or mid-suspend, its namespace, its run
+dir) are removed. A record
 whose adopt or teardown fails is logged (its sandbox reported `error`) and the
 sweep goes on with the rest."""
 
@@ -21,6 +23,7 @@ from space.node.internals import NodeInternals
 from space.node.network.netns import SandboxNetwork
 from space.node.records import SandboxRecord
 from space.node.sandbox import Sandbox
+from space.tasks import spawn
 
 log = logging.getLogger(__name__)
 
@@ -76,34 +79,39 @@ class RecoveryMixin:
             return
         await snapshotter.driver.resume(vm)  # finishes an interrupted suspend or pause
         settings = RecoveryConfig()
-        deadline = time.monotonic() + settings.agent_deadline
-        attempt, pause = settings.agent_attempt, settings.backoff
-        while True:
-            try:
-                async with asyncio.timeout(max(attempt, 1.0)):
-                    await sandbox.connect_agent(timeout=attempt)
-                    await sandbox.personalise()  # a claim cut short was never personalised
-                await self._rejoin_gateway(sandbox)
-                sandbox.state = "running"
-                return
-            except (AgentError, TimeoutError) as exc:
-                if sandbox.agent is not None:
-                    await sandbox.agent.close()
-                    sandbox.agent = None
-                left = deadline - time.monotonic()
-                if left <= pause or sandbox.vm is None or sandbox.state == "error":
-                    sandbox.state = "error"
-                    sandbox.reason = f"agent did not answer after adoption: {exc}"
+        sandbox.state = "creating"  # until its agent answers; the node serves meanwhile
+
+        async def handshake() -> None:
+            deadline = time.monotonic() + settings.agent_deadline
+            attempt, pause = settings.agent_attempt, settings.backoff
+            while not sandbox.stopping and sandbox.state == "creating":
+                try:
+                    async with asyncio.timeout(max(attempt, 1.0)):
+                        await sandbox.connect_agent(timeout=attempt)
+                        await sandbox.personalise()  # a claim cut short was never personalised
+                    await self._rejoin_gateway(sandbox)
+                    sandbox.state = "running"
                     return
-                log.warning(
-                    "sandbox %s: agent not answering after adoption (%s), retrying in %.1fs",
-                    record.sandbox_id,
-                    exc,
-                    pause,
-                )
-                await asyncio.sleep(pause)
-                attempt = min(attempt * 2, left - pause)
-                pause = min(pause * 2, settings.backoff_max)
+                except (AgentError, TimeoutError) as exc:
+                    if sandbox.agent is not None:
+                        await sandbox.agent.close()
+                        sandbox.agent = None
+                    left = deadline - time.monotonic()
+                    if left <= pause:
+                        sandbox.state = "error"
+                        sandbox.reason = f"agent did not answer after adoption: {exc}"
+                        return
+                    log.warning(
+                        "sandbox %s: agent not answering after adoption (%s), retry in %.1fs",
+                        record.sandbox_id,
+                        exc,
+                        pause,
+                    )
+                    await asyncio.sleep(pause)
+                    attempt = min(attempt * 2, left - pause)
+                    pause = min(pause * 2, settings.backoff_max)
+
+        spawn(handshake(), name=f"adopt-{record.sandbox_id}")
 
     async def _remove_orphans(self: NodeInternals, known: set[str]) -> None:
         driver = self._ready_driver()
