@@ -274,13 +274,18 @@ class SpaceServer:
         return leaks
 
     def _delete_all(self) -> None:
-        with self.client(timeout=120) as http:
-            listed = http.get("/v1/sandboxes")
-            if listed.status_code != 200:
-                return
-            for sandbox in listed.json()["sandboxes"]:
-                self.seen.add(sandbox["id"])
-                http.delete(f"/v1/sandboxes/{sandbox['id']}")
+        """Delete every sandbox through the API; a server that is not serving (still
+        starting, or dying) leaves them to the sweep."""
+        try:
+            with self.client(timeout=120) as http:
+                listed = http.get("/v1/sandboxes")
+                if listed.status_code != 200:
+                    return
+                for sandbox in listed.json()["sandboxes"]:
+                    self.seen.add(sandbox["id"])
+                    http.delete(f"/v1/sandboxes/{sandbox['id']}")
+        except httpx.TransportError:
+            return
 
 
 def _pgrep(pattern: str) -> list[int]:
