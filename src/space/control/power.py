@@ -99,11 +99,14 @@ async def apply_power(
 
 def _begin(db: Database, sandbox: Sandbox, step: _Step, due: StillDue | None) -> Sandbox:
     """Write the desired (and intermediate) state; a row already in the intermediate
-    state (an operation the reconciler finishes) only has its generation checked."""
+    state (an operation the reconciler finishes) only has its generation checked. A
+    pause of a paused row (or a resume of a running one) asks the node again: done
+    if the node agrees, put right if it does not."""
     with db.session() as session:
         repo = SandboxRepo(session)
         if step.via is None:
-            check_transition(sandbox.id, sandbox.state, step.target)
+            if sandbox.state != step.target.value:
+                check_transition(sandbox.id, sandbox.state, step.target)
         elif sandbox.state != step.via.value:
             return repo.transition(
                 sandbox.id,
