@@ -81,17 +81,23 @@ def check(http: httpx.Client, probe: Probe) -> None:
 
 
 def state_of(http: httpx.Client, sandbox_id: str) -> str:
+    """The sandbox's state; `<state>-><desired>` while it is on its way elsewhere."""
     response = http.get(f"/v1/sandboxes/{sandbox_id}")
     if response.status_code == 404:
         return "gone"
     assert response.status_code == 200, response.text
-    return str(response.json()["state"])
+    return _state(response.json())
 
 
 def states(http: httpx.Client) -> dict[str, str]:
     listed = http.get("/v1/sandboxes")
     assert listed.status_code == 200, listed.text
-    return {row["id"]: row["state"] for row in listed.json()["sandboxes"]}
+    return {row["id"]: _state(row) for row in listed.json()["sandboxes"]}
+
+
+def _state(row: dict[str, Any]) -> str:
+    state, desired = str(row["state"]), str(row["desired_state"])
+    return state if state == desired or state not in STABLE else f"{state}->{desired}"
 
 
 def power(http: httpx.Client, sandbox_id: str, op: str) -> dict[str, Any]:

@@ -131,6 +131,8 @@ async def _after_failure(
         observed = {o.sandbox_id: o.state for o in await node.observe()}.get(sandbox_id)
     except Exception:
         raise NodeFailed(reason) from exc
+    if observed == "creating":  # the node is still bringing it up (an adoption)
+        raise NodeFailed(reason) from exc
     kept = STABLE.get(observed or "")
     if kept is STEPS[op].target:
         return settle(db, sandbox_id, generation, kept)
