@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from space.cli_client import SHORT, add_sandbox_commands, add_short_commands
 from space.cli_output import BuildProgress, err, out, table
-from space.config import ServerConfig, Settings
+from space.config import RecoveryConfig, ServerConfig, Settings
 from space.private import private_dir, private_umask, tighten
 from space.rlimits import raise_nofile
 from space.sdk import SpaceError, TransportError
@@ -167,6 +167,7 @@ def _local_node(settings: Settings) -> LocalNode:
         ),
         console_log_bytes=settings.output.console_log_bytes,
         vmm=vmm.driver,
+        recovery=settings.recovery,
     )
 
 
@@ -185,6 +186,7 @@ def local_node(
     jail: JailConfig | None = None,
     console_log_bytes: int = 4 << 20,
     vmm: str = "qemu",
+    recovery: RecoveryConfig | None = None,
 ) -> LocalNode:
     """This host's node worker wired from its services: the one place a `LocalNode` is
     built (the servers' composition root; tests and benchmarks build theirs here too).
@@ -219,7 +221,7 @@ def local_node(
         host=host,
         templates=templates,
         provisioning=provisioning,
-        recovery=Recovery(host),
+        recovery=Recovery(host, recovery or RecoveryConfig()),
         agent_ops=AgentOps(host),
         warm_pools=WarmPools(warm_pools or {}, provisioning.fill_warm),
     )

@@ -78,6 +78,19 @@ class ControllerConfig(BaseSettings):
     expiry_interval: float = Field(default=1.0, gt=0)
 
 
+class RecoveryConfig(BaseSettings):
+    """How a restarted node adopts the VMs a previous run left alive
+    (`SPACE_RECOVERY_AGENT_DEADLINE`, ...): the agent handshake of an adopted VM is
+    retried, each attempt longer and after a growing pause, until the deadline."""
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_RECOVERY_", extra="ignore")
+
+    agent_deadline: float = Field(default=180.0, gt=0)
+    agent_attempt: float = Field(default=10.0, gt=0)
+    backoff: float = Field(default=0.5, gt=0)
+    backoff_max: float = Field(default=8.0, gt=0)
+
+
 class GatewayConfig(BaseSettings):
     """The egress gateway: `SPACE_GATEWAY_RESOLVER` (host[:port] of the upstream DNS
     resolver; default: the host's first IPv4 nameserver) and `SPACE_GATEWAY_CA_FILE`
@@ -334,6 +347,7 @@ class Settings(BaseSettings):
     timeouts: TimeoutConfig = Field(default_factory=TimeoutConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
+    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     node: NodeConfig = Field(default_factory=NodeConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     egress: EgressConfig = Field(default_factory=EgressConfig)

@@ -1,7 +1,9 @@
 """`space up` as a subprocess on throw-away host resources, and what it leaves behind.
 
 `SpaceServer` owns one data dir, run dir, namespace prefix and port (and, for
-PostgreSQL, one database). `close()` deletes every sandbox through the API, stops
+PostgreSQL, one database). `start(faults=...)` arms `SPACE_FAULTS` for one run
+and `wait_exit()` waits for a run that killed itself. `close()` deletes every
+sandbox through the API, stops
 the server, then removes by force whatever is still on the host — QEMU processes,
 namespaces, the pool mount, directories — and returns what it had to remove, so a
 test can fail on leaks while the host is still left clean. `bench/api.py` uses the
@@ -60,6 +62,8 @@ class HostView:
     pool_mounts: int
     foreign_mounts: list[str]
     host_links: list[str]
+    cgroups: set[str]  # vm ids with a VMM cgroup (any controller)
+    snapshots: set[str]  # owners in the snapshot store (sandbox slots and template bases)
 
     def by_sandbox(self, slots: Iterable[str]) -> list[str]:
         """Sandbox ids owning `slots` (sorted, repeats kept); `?slot` for a slot with no record."""
@@ -112,12 +116,30 @@ class SpaceServer:
 
     # -- process -----------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, faults: str = "") -> None:
+        """Start `space up` and wait until it serves; `faults` is its `SPACE_FAULTS`."""
+        self.spawn(faults)
+        self._wait_healthy()
+
+    def spawn(self, faults: str = "") -> None:
+        """Start `space up` without waiting for it."""
         argv = [space_binary(), "up", "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        env = {**self.env, "SPACE_FAULTS": faults} if faults else self.env
         with self.log.open("ab") as log:
+            log.write(f"--- space up (SPACE_FAULTS={faults!r})\n".encode())
             self._proc = subprocess.Popen(
-                argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """The exit status once the server has ended by itself, None if it still runs."""
+        assert self._proc is not None
+        try:
+            return self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def wait_healthy(self) -> None:
         self._wait_healthy()
 
     def _wait_healthy(self) -> None:
@@ -140,7 +162,8 @@ class SpaceServer:
     def kill9(self) -> None:
         """`kill -9` the server: nothing of it gets to run any more."""
         assert self._proc is not None
-        os.kill(self._proc.pid, signal.SIGKILL)
+        if self._proc.poll() is None:
+            os.kill(self._proc.pid, signal.SIGKILL)
         self._proc.wait()
 
     def stop(self) -> bool:
@@ -202,7 +225,17 @@ class SpaceServer:
             pool_mounts=pool,
             foreign_mounts=foreign,
             host_links=[line for line in links.splitlines() if self.net_prefix in line],
+            cgroups=self._cgroups(),
+            snapshots=_children(self.data_dir / "pool" / "snapshots"),
         )
+
+    def _cgroups(self) -> set[str]:
+        """VM ids of this server's VMM cgroups (`space-vmm.<owner>.<vm id>`, v1 or v2)."""
+        prefix = "space-vmm." + str(self.run_dir).strip("/").replace("/", "-") + "."
+        root = Path("/sys/fs/cgroup")
+        found = {p.name for p in root.glob(f"{prefix}*")}
+        found |= {p.name for p in root.glob(f"*/{prefix}*")}
+        return {name.removeprefix(prefix) for name in found}
 
     def close(self) -> list[str]:
         """Delete every sandbox, stop, then force-remove what is left; returns the leaks.
@@ -241,13 +274,18 @@ class SpaceServer:
         return leaks
 
     def _delete_all(self) -> None:
-        with self.client(timeout=120) as http:
-            listed = http.get("/v1/sandboxes")
-            if listed.status_code != 200:
-                return
-            for sandbox in listed.json()["sandboxes"]:
-                self.seen.add(sandbox["id"])
-                http.delete(f"/v1/sandboxes/{sandbox['id']}")
+        """Delete every sandbox through the API; a server that is not serving (still
+        starting, or dying) leaves them to the sweep."""
+        try:
+            with self.client(timeout=120) as http:
+                listed = http.get("/v1/sandboxes")
+                if listed.status_code != 200:
+                    return
+                for sandbox in listed.json()["sandboxes"]:
+                    self.seen.add(sandbox["id"])
+                    http.delete(f"/v1/sandboxes/{sandbox['id']}")
+        except httpx.TransportError:
+            return
 
 
 def _pgrep(pattern: str) -> list[int]:

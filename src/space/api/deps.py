@@ -96,6 +96,8 @@ async def require_running(state: AppState, sandbox: Sandbox) -> None:
     """Data-plane calls need a running sandbox. With `SPACE_AUTO_RESTORE` (the default)
     a suspended one is restored and a paused one resumed first; anything else is a 409."""
     if state.settings.auto_restore and sandbox.state != SandboxState.RUNNING.value:
-        sandbox = await wake(state.db, state.node, sandbox, timeout=state.settings.timeouts.create)
+        sandbox = await wake(
+            state.db, state.lifecycle, sandbox, timeout=state.settings.timeouts.create
+        )
     if sandbox.state != SandboxState.RUNNING.value:
         raise ApiError(409, "sandbox_not_running", f"sandbox {sandbox.id} is {sandbox.state}")

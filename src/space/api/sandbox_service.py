@@ -31,7 +31,7 @@ from space.api.quotas import admit_sandbox
 from space.config import Settings
 from space.control.errors import NodeUnavailable
 from space.control.expiry import lifetime_until
-from space.control.power import PowerOp, apply_power
+from space.control.power import PowerOp
 from space.control.waiter import Lifecycle
 from space.gateway.policy import PolicyError
 from space.seam.protocol import NodeClient
@@ -146,9 +146,7 @@ class SandboxService:
 
     async def power(self, row: Sandbox, op: PowerOp) -> Sandbox:
         """Pause, resume, suspend or restore (the node's own timeout: create's)."""
-        return await apply_power(
-            self._db, self._node_or_unavailable(), row, op, timeout=self._settings.timeouts.create
-        )
+        return await self._lifecycle.power(row, op)
 
     def set_deadline(self, row: Sandbox, deadline: datetime) -> Sandbox:
         """The sandbox now ends at `deadline` (earlier or later); not while deleting."""

@@ -1,10 +1,12 @@
 """The sandbox controller: drives rows toward their desired state through a node.
 
-The API calls `ensure_created` / `ensure_deleted` for a fast answer; the same
-code runs from `reconcile_once`, the periodic, level-triggered backstop that
-converges desired and observed state after any crash. At most one operation per
-sandbox is in flight; a second caller waits for the first. A pass logs and
-skips an action that fails (or a row it cannot use) and goes on with the rest.
+The API calls `ensure_created` / `ensure_deleted` / `power` for a fast answer;
+the same code runs from `reconcile_once`, the periodic, level-triggered backstop
+that converges desired and observed state after any crash (`plan.py` says how
+each state goes on). At most one operation per sandbox is in flight, whoever
+started it (API, expiry, reconciler); a second caller waits for the first, and
+the reconciler leaves a sandbox alone while one is. A pass logs and skips an
+action that fails (or a row it cannot use) and goes on with the rest.
 """
 
 from __future__ import annotations
@@ -12,23 +14,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+from space import faults
 from space.config import ControllerConfig, TimeoutConfig
 from space.control.errors import NodeFailed
 from space.control.expiry import Activity, Expiry
 from space.control.leader import NotLeader
 from space.control.plan import Action, RowSnapshot, Verb, plan
+from space.control.power import PowerOp, apply_power, settle
 from space.control.tasks import run_periodically
 from space.seam.protocol import NodeClient
 from space.seam.values import SandboxObservation, SandboxSpec
 from space.store.db import Database
 from space.store.errors import NotFound, StaleGeneration
 from space.store.models import Sandbox
-from space.store.sandboxes import SandboxRepo
+from space.store.sandboxes import SandboxRepo, StillDue
 from space.store.states import SandboxState
 from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Controller:
@@ -50,14 +56,15 @@ class Controller:
         self._node = node
         self._timeouts = timeouts
         self._config = config
-        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._in_flight: dict[str, asyncio.Task[object]] = {}  # create, delete, destroy
+        self._powering: dict[str, asyncio.Task[object]] = {}  # pause, resume, ...
         self._tasks = TaskSet()
         self.expiry = Expiry(
             db=db,
             node=node,
             activity=activity or Activity(),
             delete=self.ensure_deleted,
-            timeout=timeouts.create,
+            power=self.power,
         )
 
     # -- entry points -----------------------------------------------------------
@@ -70,13 +77,21 @@ class Controller:
         """Destroy the VM of a `deleting` row and mark it `deleted`."""
         await self._once(sandbox_id, lambda: self._finish_delete(sandbox_id))
 
+    async def power(self, sandbox: Sandbox, op: PowerOp, *, due: StillDue | None = None) -> Sandbox:
+        """Pause, resume, suspend or restore; an expiry (`due`) is pinned to the
+        generation of `sandbox`, a call re-reads the row once it has its turn."""
+        pinned = sandbox.generation if due is not None else None
+        return await self._once(
+            sandbox.id, lambda: self._power(sandbox.id, op, pinned, due), power=True
+        )
+
     async def reconcile_once(self) -> None:
         """One level-triggered pass over every live sandbox and every observed VM."""
         async with asyncio.timeout(self._timeouts.node_call):
             observed = await self._node.observe()
         with self._db.session() as session:
             rows = [_snapshot(row) for row in SandboxRepo(session).list_live()]
-        actions = plan(rows, observed, busy=frozenset(self._in_flight))
+        actions = plan(rows, observed, busy=frozenset(self._in_flight) | set(self._powering))
         for action in actions:
             log.info("reconcile: %s %s (%s)", action.verb, action.sandbox_id, action.reason)
             try:
@@ -116,24 +131,54 @@ class Controller:
             await self._once(sandbox_id, lambda: self._destroy(sandbox_id))
         elif action.verb is Verb.ADOPT:
             self._move(action, SandboxState.RUNNING)
+        elif action.verb is Verb.SETTLE:
+            assert action.to is not None and action.generation is not None
+            self._settle(sandbox_id, action.generation, action.to, action.reason)
+        elif action.verb is Verb.POWER:
+            op, generation = action.op, action.generation
+            assert op is not None and generation is not None
+            await self._once(
+                sandbox_id, lambda: self._power(sandbox_id, op, generation, None), power=True
+            )
         elif action.verb is Verb.FAIL:
             self._move(action, SandboxState.ERROR)
 
-    async def _once(self, sandbox_id: str, op: Callable[[], Awaitable[None]]) -> None:
+    async def _once(
+        self, sandbox_id: str, op: Callable[[], Awaitable[T]], *, power: bool = False
+    ) -> T:
         """Run `op` once no other operation on this sandbox is in flight.
 
         Operations re-read the row and are idempotent, so a second `create` after
-        the first one finished is a no-op. The operation runs as its own task: a
-        caller that goes away (client disconnect) does not abort it half-way.
+        the first one finished is a no-op. A power operation also waits for other
+        power operations; a delete does not wait for them (it wins: theirs fail on
+        the row it moved on). The operation runs as its own task: a caller that
+        goes away (client disconnect) does not abort it half-way.
         """
-        while (running := self._in_flight.get(sandbox_id)) is not None:
+        registry = self._powering if power else self._in_flight
+        while (running := self._in_flight.get(sandbox_id) or registry.get(sandbox_id)) is not None:
             await asyncio.wait({running})
         task = self._tasks.spawn(_call(op), f"sandbox-op-{sandbox_id}")
-        self._in_flight[sandbox_id] = task
-        task.add_done_callback(lambda _t: self._in_flight.pop(sandbox_id, None))
-        await asyncio.shield(task)
+        registry[sandbox_id] = task
+        task.add_done_callback(lambda _t: registry.pop(sandbox_id, None))
+        return await asyncio.shield(task)
+
+    async def _power(
+        self, sandbox_id: str, op: PowerOp, generation: int | None, due: StillDue | None
+    ) -> Sandbox:
+        with self._db.session() as session:
+            row = SandboxRepo(session).get(sandbox_id)
+        if generation is not None and row.generation != generation:
+            raise StaleGeneration(sandbox_id, generation, row.generation)
+        return await apply_power(
+            self._db, self._node, row, op, timeout=self._timeouts.create, due=due
+        )
 
     async def _create(self, sandbox_id: str) -> None:
+        with faults.operation("create", sandbox_id):
+            faults.point("after_commit")
+            await self._create_now(sandbox_id)
+
+    async def _create_now(self, sandbox_id: str) -> None:
         with self._db.session() as session:
             row = SandboxRepo(session).get(sandbox_id)
             if row.state != SandboxState.CREATING.value:
@@ -173,13 +218,24 @@ class Controller:
             if row.state != SandboxState.DELETING.value:
                 return
             generation = row.generation
-        await self._destroy(sandbox_id)
+        with faults.operation("delete", sandbox_id):
+            faults.point("after_commit")
+            await self._destroy(sandbox_id)
         self._transition(sandbox_id, generation, SandboxState.DELETED, None)
 
     async def _destroy(self, sandbox_id: str) -> None:
         self._fence()
         async with asyncio.timeout(self._timeouts.node_call):
             await self._node.destroy_sandbox(sandbox_id)
+
+    def _settle(
+        self, sandbox_id: str, generation: int, to: SandboxState, reason: str | None
+    ) -> None:
+        self._fence()
+        try:
+            settle(self._db, sandbox_id, generation, to, reason)
+        except (StaleGeneration, NotFound) as exc:
+            log.info("sandbox %s changed meanwhile, skipping %s: %s", sandbox_id, to, exc)
 
     def _move(self, action: Action, to: SandboxState) -> None:
         assert action.generation is not None
@@ -203,8 +259,8 @@ def _unfenced() -> None:
     """A controller that is the only one (`space up`, SQLite) may always act."""
 
 
-async def _call(op: Callable[[], Awaitable[None]]) -> None:
-    await op()
+async def _call(op: Callable[[], Awaitable[T]]) -> T:
+    return await op()
 
 
 def _spec(row: Sandbox) -> SandboxSpec | str:
@@ -221,7 +277,9 @@ def _spec(row: Sandbox) -> SandboxSpec | str:
 
 
 def _snapshot(row: Sandbox) -> RowSnapshot:
-    return RowSnapshot(sandbox_id=row.id, state=row.state, generation=row.generation)
+    return RowSnapshot(
+        sandbox_id=row.id, state=row.state, generation=row.generation, desired=row.desired_state
+    )
 
 
 def _node_says(obs: SandboxObservation) -> str:

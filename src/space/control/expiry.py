@@ -1,8 +1,8 @@
 """Idle auto-suspend and absolute timeouts: one sweep every `expiry_interval`.
 
 `due(rows, busy, now)` is pure: which sandboxes expire now, and how.
-`Expiry.sweep` carries that out through the paths the API uses (`apply_power`
-for suspend; `deleting` then `ensure_deleted` for kill), each pinned to the
+`Expiry.sweep` carries that out through the paths the API uses (the
+controller's `power` for suspend; `deleting` then `ensure_deleted` for kill), each pinned to the
 generation it was decided on and re-checking in its UPDATE (`StillDue`) that no
 call and no new deadline came in between: a concurrent call, delete or
 extension always wins over the expiry.
@@ -33,8 +33,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Protocol
 
-from space.control.power import apply_power
+from space.control.power import PowerOp
 from space.seam.protocol import NodeClient
 from space.store.commands import CommandRepo
 from space.store.db import Database
@@ -178,6 +179,12 @@ def _expiry_rows(sandboxes: Sequence[Sandbox]) -> list[ExpiryRow]:
     return rows
 
 
+class Power(Protocol):
+    async def __call__(
+        self, sandbox: Sandbox, op: PowerOp, *, due: StillDue | None = None
+    ) -> Sandbox: ...
+
+
 class Expiry:
     """Runs `due` against the database and carries out what it returns."""
 
@@ -188,13 +195,13 @@ class Expiry:
         node: NodeClient,
         activity: Activity,
         delete: Callable[[str], Awaitable[None]],
-        timeout: float,
+        power: Power,
     ) -> None:
         self._db = db
         self._node = node
         self._activity = activity
         self._delete = delete
-        self._timeout = timeout
+        self._power = power
 
     async def sweep(self) -> None:
         """One pass; sandboxes expire concurrently, each failure is logged on its own."""
@@ -225,9 +232,7 @@ class Expiry:
             row = SandboxRepo(session).get(action.sandbox_id)
         if row.generation != action.generation:
             raise StaleGeneration(row.id, action.generation, row.generation)
-        await apply_power(
-            self._db, self._node, row, "suspend", timeout=self._timeout, due=action.due
-        )
+        await self._power(row, "suspend", due=action.due)
 
     async def _kill(self, action: Expired) -> None:
         with self._db.session() as session:

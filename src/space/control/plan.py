@@ -4,6 +4,20 @@
 action pinned to the generation it was computed from. The controller executes
 the actions; a row that changed meanwhile is skipped and seen again next pass.
 A row it cannot read (an unknown state) is logged and skipped, never the pass.
+
+Every row state has a way forward from what the node holds (`running`, `paused`,
+`suspended`: whole; anything else: lost):
+
+| row                      | node holds it ...                 | action              |
+|--------------------------|-----------------------------------|---------------------|
+| creating                 | nothing, stopped, broken          | create (again)      |
+| creating                 | running                           | adopt               |
+| running/paused/suspending/restoring | whole, as desired      | settle to that      |
+| running/paused/suspending/restoring | whole, not as desired  | power op to desired |
+| running/paused           | suspended (VM died, snapshot kept) | settle suspended   |
+| any but creating         | lost (nothing, stopped, broken)   | fail                |
+| deleting                 | anything                          | finish delete       |
+| error                    | anything                          | destroy             |
 """
 
 from __future__ import annotations
@@ -13,15 +27,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from space.control.power import STABLE, PowerOp
 from space.seam.values import SandboxObservation
-from space.store.states import HOLDS_VM, SandboxState
+from space.store.states import DesiredState, SandboxState
 
 log = logging.getLogger(__name__)
+S = SandboxState
 
 
 class Verb(StrEnum):
     CREATE = "create"  # row creating, node has nothing: (re)issue the create
     ADOPT = "adopt"  # row creating, node already runs it: mark running
+    SETTLE = "settle"  # the node holds the sandbox whole: record that state
+    POWER = "power"  # the node holds it whole, not as desired: pause/resume/suspend/restore
     FAIL = "fail"  # mark the row error with a reason
     DESTROY = "destroy"  # remove a VM that no live row wants
     FINISH_DELETE = "finish_delete"  # destroy if present, then mark deleted
@@ -32,6 +50,7 @@ class RowSnapshot:
     sandbox_id: str
     state: str
     generation: int
+    desired: str = DesiredState.RUNNING.value
 
 
 @dataclass(frozen=True)
@@ -40,9 +59,22 @@ class Action:
     sandbox_id: str
     generation: int | None = None
     reason: str | None = None
+    to: SandboxState | None = None  # SETTLE: the state to record
+    op: PowerOp | None = None  # POWER: the operation that leads to the desired state
 
 
 LOST = "lost: the node has no VM for this sandbox"
+DIED = "its VM ended; restorable from its last sealed snapshot"
+
+# The operation that takes a sandbox the node holds as `observed` to `desired`.
+LEADS_TO: dict[tuple[SandboxState, SandboxState], PowerOp] = {
+    (S.RUNNING, S.PAUSED): "pause",
+    (S.PAUSED, S.RUNNING): "resume",
+    (S.RUNNING, S.SUSPENDED): "suspend",
+    (S.PAUSED, S.SUSPENDED): "suspend",
+    (S.SUSPENDED, S.RUNNING): "restore",
+}
+MOVING = frozenset({S.RUNNING, S.PAUSED, S.SUSPENDING, S.RESTORING})
 
 
 def plan(
@@ -71,23 +103,46 @@ def plan(
 
 def _for_row(row: RowSnapshot, obs: SandboxObservation | None) -> Action | None:
     state = SandboxState(row.state)
-    present = obs is not None and obs.state != "stopped"
-    if state is SandboxState.DELETING:
+    holds = STABLE.get(obs.state) if obs is not None else None
+    if state is S.DELETING:
         return Action(Verb.FINISH_DELETE, row.sandbox_id, row.generation)
-    if state is SandboxState.CREATING:
-        return _for_creating(row, obs if present else None)
-    if state in HOLDS_VM:
-        if obs is None or not present:
-            return Action(Verb.FAIL, row.sandbox_id, row.generation, LOST)
-        if obs.state == "error":
-            return Action(Verb.FAIL, row.sandbox_id, row.generation, _node_reason(obs))
-    if state is SandboxState.ERROR and present:
+    if state is S.CREATING:
+        return _for_creating(row, obs)
+    if state is S.ERROR:
+        if obs is None:
+            return None
         return Action(Verb.DESTROY, row.sandbox_id, reason="sandbox is in error")
+    if holds is None:
+        if state is S.SUSPENDED or (obs is not None and obs.state == "creating"):
+            return None  # a snapshot needs no node
+        lost = obs is None or obs.state == "stopped"
+        reason = LOST if lost or obs is None else _node_reason(obs)
+        return Action(Verb.FAIL, row.sandbox_id, row.generation, reason)
+    if state in MOVING:
+        return _converge(row, state, holds)
     return None
 
 
+def _converge(row: RowSnapshot, state: SandboxState, holds: SandboxState) -> Action | None:
+    """A row on its way somewhere (or resting) whose sandbox the node holds whole."""
+    desired = SandboxState(DesiredState(row.desired).value)
+    if holds is S.SUSPENDED and state in (S.RUNNING, S.PAUSED):
+        return Action(Verb.SETTLE, row.sandbox_id, row.generation, DIED, to=S.SUSPENDED)
+    if holds is desired:
+        return _settle(row, holds) if holds is not state else None
+    op = LEADS_TO.get((holds, desired))
+    if op is None:
+        return _settle(row, holds)
+    return Action(Verb.POWER, row.sandbox_id, row.generation, f"node holds it {holds}", op=op)
+
+
+def _settle(row: RowSnapshot, holds: SandboxState) -> Action:
+    reason = f"the node holds it {holds}"
+    return Action(Verb.SETTLE, row.sandbox_id, row.generation, reason, to=holds)
+
+
 def _for_creating(row: RowSnapshot, obs: SandboxObservation | None) -> Action | None:
-    if obs is None:
+    if obs is None or obs.state in ("stopped", "error"):
         return Action(Verb.CREATE, row.sandbox_id, row.generation)
     if obs.state == "running":
         return Action(Verb.ADOPT, row.sandbox_id, row.generation)

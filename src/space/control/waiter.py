@@ -1,8 +1,9 @@
-"""`Lifecycle`: how the API gets a sandbox created or deleted.
+"""`Lifecycle`: how the API gets a sandbox created, deleted, paused, resumed,
+suspended or restored.
 
 With a node in-process (`space up`) the API calls the `Controller` directly.
 An API-only replica (`space api`) writes the row and waits, via `DbWaiter`, for
-the controller process to move it on.
+the controller process to move it on; it has no node for power operations.
 """
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from space.control.errors import NodeUnavailable
+from space.control.power import PowerOp
 from space.store.db import Database
 from space.store.errors import NotFound
-from space.store.sandboxes import SandboxRepo
+from space.store.models import Sandbox
+from space.store.sandboxes import SandboxRepo, StillDue
 from space.store.states import SandboxState
 
 
@@ -20,6 +24,10 @@ class Lifecycle(Protocol):
     async def ensure_created(self, sandbox_id: str) -> None: ...
 
     async def ensure_deleted(self, sandbox_id: str) -> None: ...
+
+    async def power(
+        self, sandbox: Sandbox, op: PowerOp, *, due: StillDue | None = None
+    ) -> Sandbox: ...
 
 
 class DbWaiter:
@@ -35,6 +43,9 @@ class DbWaiter:
 
     async def ensure_deleted(self, sandbox_id: str) -> None:
         await self._wait(sandbox_id, SandboxState.DELETING)
+
+    async def power(self, sandbox: Sandbox, op: PowerOp, *, due: StillDue | None = None) -> Sandbox:
+        raise NodeUnavailable()
 
     async def _wait(self, sandbox_id: str, leaving: SandboxState) -> None:
         async with asyncio.timeout(self._timeout):

@@ -1,19 +1,20 @@
 """Transparent restore: bring a sandbox back to `running` for a data-plane call.
 
-A suspended sandbox is restored and a paused one resumed through `apply_power`
-(so the same generation checks apply); one on its way there or back
+A suspended sandbox is restored and a paused one resumed through the lifecycle's
+`power` (the controller's one-operation-per-sandbox path); one on its way there or back
 (`suspending`, `restoring`) is waited for. Two calls waking the same sandbox do
-not both restore it: the loser's transition is stale, and it looks again.
+not both restore it: the loser finds the row moved on (stale, or no longer
+suspended), and it looks again.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from space.control.power import PowerOp, apply_power
-from space.seam.protocol import NodeClient
+from space.control.power import PowerOp
+from space.control.waiter import Lifecycle
 from space.store.db import Database
-from space.store.errors import StaleGeneration
+from space.store.errors import InvalidTransition, StaleGeneration
 from space.store.models import Sandbox
 from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState
@@ -24,7 +25,7 @@ SETTLING = frozenset({S.SUSPENDING, S.RESTORING})
 POLL_SECONDS = 0.05
 
 
-async def wake(db: Database, node: NodeClient, sandbox: Sandbox, *, timeout: float) -> Sandbox:
+async def wake(db: Database, lifecycle: Lifecycle, sandbox: Sandbox, *, timeout: float) -> Sandbox:
     """The sandbox's row once it is running; in any state it cannot wake from
     (creating, error, deleting) the row is returned as is for the caller to refuse."""
     row = sandbox
@@ -33,8 +34,8 @@ async def wake(db: Database, node: NodeClient, sandbox: Sandbox, *, timeout: flo
             state = SandboxState(row.state)
             if state in WAKE:
                 try:
-                    return await apply_power(db, node, row, WAKE[state], timeout=timeout)
-                except StaleGeneration:
+                    return await lifecycle.power(row, WAKE[state])
+                except (StaleGeneration, InvalidTransition):
                     pass  # another call moved it first: look again
             elif state in SETTLING:
                 await asyncio.sleep(POLL_SECONDS)

@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from space import faults
 from space.node.storage.pool import StoragePool
 from space.node.storage.reflink import clone_file
 
@@ -27,6 +28,7 @@ class TemplateImporter:
 
     async def clone_disk(self, template_disk: Path, disk: Path) -> None:
         await asyncio.to_thread(clone_file, template_disk, disk)
+        faults.point("after_clone")
 
 
 def _copy_sparse(source: Path, target: Path) -> None:

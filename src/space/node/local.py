@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from space import faults
 from space.node.agent import AgentClient, AgentProcess
 from space.node.agentops import AgentOps, OsErrorWatch
 from space.node.catalog import TemplateCatalog
@@ -180,6 +181,7 @@ class LocalNode:
         snapshotter, vm = self._host.ready_snapshotter(), _vm(sandbox)
         try:
             await snapshotter.capture(vm, sandbox.record.slot, {"sandbox_id": sandbox_id})
+            faults.point("after_seal")
         except BaseException:
             await self._recover_from_failed_suspend(sandbox, vm)
             raise

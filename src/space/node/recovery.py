@@ -1,26 +1,37 @@
 """`Recovery`, the startup sweep: adopt what a previous run left alive, remove every leftover.
 
-A record whose adopt or teardown fails is logged (its sandbox reported `error`) and
-the sweep goes on with the rest."""
+Records are adopted concurrently. An adopted VM's agent handshake runs in the
+background (the sandbox reported `creating` meanwhile, so the node serves the
+others at once) and is retried with backoff until `RecoveryConfig.agent_deadline`:
+a slow VM on a busy host is not a lost one. A record that says suspended, or whose
+VM died but left a sealed snapshot, is restorable: whatever live resources it
+still has (a VM a crash left mid-restore or mid-suspend, its namespace, its run
+dir) are removed. A record
+whose adopt or teardown fails is logged (its sandbox reported `error`) and the
+sweep goes on with the rest."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import shutil
+import time
 
+from space.config import RecoveryConfig
 from space.node.agent import AgentError
 from space.node.host import NodeHost
 from space.node.network.netns import SandboxNetwork
 from space.node.records import SandboxRecord
 from space.node.sandbox import Sandbox
+from space.tasks import spawn
 
 log = logging.getLogger(__name__)
 
 
 class Recovery:
-    def __init__(self, host: NodeHost) -> None:
+    def __init__(self, host: NodeHost, config: RecoveryConfig) -> None:
         self._host = host
+        self._config = config
 
     async def sweep(self) -> None:
         """Adopt live VMs of known sandboxes; remove whatever has no record."""
@@ -29,7 +40,8 @@ class Recovery:
         for directory in leftovers:
             log.warning("removing leftover sandbox directory %s", directory)
             shutil.rmtree(directory, ignore_errors=True)
-        for record in known:
+
+        async def recover(record: SandboxRecord) -> None:
             try:
                 if record.deleting or not record.claimed:
                     await self._host.teardown(record.slot, None)
@@ -39,6 +51,8 @@ class Recovery:
                 log.exception("startup sweep: %s cannot be recovered, going on", record.slot)
                 if (sandbox := self._host.sandboxes.get(record.sandbox_id)) is not None:
                     sandbox.state, sandbox.reason = "error", f"recovery failed: {exc}"
+
+        await asyncio.gather(*(recover(record) for record in known))
         await self._remove_orphans({r.slot for r in known if r.claimed and not r.deleting})
 
     async def _adopt(self, record: SandboxRecord) -> None:
@@ -49,9 +63,16 @@ class Recovery:
         config = self._host.vm_config(
             record, SandboxNetwork(self._host.net.netns_name(record.slot))
         )
-        vm = None if record.suspended else await snapshotter.driver.adopt(config)
-        if vm is None:
+        vm = await snapshotter.driver.adopt(config)
+        if vm is None or record.suspended:
+            if vm is not None:  # a restore cut short, or a suspend before its VM ended
+                log.info("sandbox %s: ending the VM of a suspended record", record.sandbox_id)
+                await snapshotter.driver.stop(vm)
             if snapshotter.store.latest(record.slot) is not None:
+                await asyncio.to_thread(self._host.net.delete, record.slot)
+                shutil.rmtree(self._host.run_dir / record.slot, ignore_errors=True)
+                if not record.suspended:
+                    self._host.save(sandbox, record.with_power(suspended=True))
                 sandbox.state = "suspended"  # restorable from its last sealed snapshot
                 return
             sandbox.state = "stopped"
@@ -59,16 +80,44 @@ class Recovery:
             return
         sandbox.watch(vm)
         if record.paused:
+            await snapshotter.driver.pause(vm)  # a resume cut short before its record
             sandbox.state = "paused"
             return
-        await snapshotter.driver.resume(vm)  # finishes an interrupted suspend, if any
-        try:
-            await sandbox.connect_agent(timeout=10.0)
-            await sandbox.personalise()  # a claim cut short by a crash was never personalised
-            await self._host.rejoin_gateway(sandbox)
-            sandbox.state = "running"
-        except AgentError as exc:
-            sandbox.state, sandbox.reason = "error", f"agent did not answer after adoption: {exc}"
+        await snapshotter.driver.resume(vm)  # finishes an interrupted suspend or pause
+        settings = self._config
+        sandbox.state = "creating"  # until its agent answers; the node serves meanwhile
+
+        async def handshake() -> None:
+            deadline = time.monotonic() + settings.agent_deadline
+            attempt, pause = settings.agent_attempt, settings.backoff
+            while not sandbox.stopping and sandbox.state == "creating":
+                try:
+                    async with asyncio.timeout(max(attempt, 1.0)):
+                        await sandbox.connect_agent(timeout=attempt)
+                        await sandbox.personalise()  # a claim cut short was never personalised
+                    await self._host.rejoin_gateway(sandbox)
+                    sandbox.state = "running"
+                    return
+                except (AgentError, TimeoutError) as exc:
+                    if sandbox.agent is not None:
+                        await sandbox.agent.close()
+                        sandbox.agent = None
+                    left = deadline - time.monotonic()
+                    if left <= pause:
+                        sandbox.state = "error"
+                        sandbox.reason = f"agent did not answer after adoption: {exc}"
+                        return
+                    log.warning(
+                        "sandbox %s: agent not answering after adoption (%s), retry in %.1fs",
+                        record.sandbox_id,
+                        exc,
+                        pause,
+                    )
+                    await asyncio.sleep(pause)
+                    attempt = min(attempt * 2, left - pause)
+                    pause = min(pause * 2, settings.backoff_max)
+
+        spawn(handshake(), name=f"adopt-{record.sandbox_id}")
 
     async def _remove_orphans(self, known: set[str]) -> None:
         driver = self._host.ready_driver()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from space import faults
 from space.node.images import TemplateImporter
 from space.node.storage.snapshots import LocalSnapshotStore, read_manifest
 from space.node.templates import GuestArtifacts
@@ -67,6 +68,7 @@ class Snapshotter:
         partial = self.store.begin(owner)
         try:
             await self.driver.save(vm, partial)
+            faults.point("mid_snapshot")
             await self._importer.clone_disk(vm.config.root_disk, partial / DISK)
             _private_files(partial)
             boot = BootFiles(vm.config.kernel, vm.config.initramfs, vm.config.agent_disk)

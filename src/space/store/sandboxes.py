@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Select, func, select, update
 from sqlalchemy.orm import Session
 
+from space import faults
 from space.store.errors import NoLongerDue, NotFound, StaleGeneration
 from space.store.keys import new_id
 from space.store.models import Sandbox, utcnow
@@ -182,6 +183,35 @@ class SandboxRepo:
         self.session.refresh(row)
         return row
 
+    def set_desired(
+        self,
+        sandbox_id: str,
+        *,
+        expected_generation: int,
+        desired: DesiredState,
+        reason: str | None = None,
+    ) -> Sandbox:
+        """Record where the sandbox should go next, its state unchanged; pinned to
+        `expected_generation` like a transition, and a mutation (the generation moves)."""
+        result = self.session.execute(
+            update(Sandbox)
+            .where(Sandbox.id == sandbox_id, Sandbox.generation == expected_generation)
+            .where(Sandbox.state != SandboxState.DELETED.value)
+            .values(
+                desired_state=desired.value,
+                generation=expected_generation + 1,
+                reason=reason,
+                updated_at=utcnow(),
+            )
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            current = self.session.get(Sandbox, sandbox_id, populate_existing=True)
+            if current is None:
+                raise NotFound("sandbox", sandbox_id)
+            raise StaleGeneration(sandbox_id, expected_generation, current.generation)
+        return self.get(sandbox_id)
+
     def touch(self, sandbox_id: str) -> None:
         """Record activity (for idle suspend). Not a state mutation: no generation bump."""
         self.session.execute(
@@ -200,6 +230,8 @@ class SandboxRepo:
             .values(timeout_seconds=timeout_seconds, updated_at=utcnow())
             .execution_options(synchronize_session=False)
         )
+        with faults.operation("timeout", sandbox_id):
+            faults.point("before_commit")
 
     def count_by_state(self) -> dict[str, int]:
         query = select(Sandbox.state, func.count()).group_by(Sandbox.state)

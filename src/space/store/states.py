@@ -3,9 +3,12 @@
     creating -> running <-> paused
     running|paused -> suspending -> suspended -> restoring -> running
     any -> deleting -> deleted            (error is observable, never silent)
+    running|paused -> suspended           (the VM died, its sealed snapshot remains)
 
 Every state change goes through `check_transition`; anything else raises
-`InvalidTransition`, which the API answers with 409.
+`InvalidTransition`, which the API answers with 409. `desired_state` is written
+before the node is asked to act; a row whose state differs from it is a change
+in progress (or cut short by a crash) that the reconciler finishes.
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ S = SandboxState
 
 ALLOWED_TRANSITIONS: dict[SandboxState, frozenset[SandboxState]] = {
     S.CREATING: frozenset({S.RUNNING, S.ERROR, S.DELETING}),
-    S.RUNNING: frozenset({S.PAUSED, S.SUSPENDING, S.ERROR, S.DELETING}),
-    S.PAUSED: frozenset({S.RUNNING, S.SUSPENDING, S.ERROR, S.DELETING}),
+    S.RUNNING: frozenset({S.PAUSED, S.SUSPENDING, S.SUSPENDED, S.ERROR, S.DELETING}),
+    S.PAUSED: frozenset({S.RUNNING, S.SUSPENDING, S.SUSPENDED, S.ERROR, S.DELETING}),
     S.SUSPENDING: frozenset({S.SUSPENDED, S.RUNNING, S.PAUSED, S.ERROR, S.DELETING}),
     S.SUSPENDED: frozenset({S.RESTORING, S.ERROR, S.DELETING}),
     S.RESTORING: frozenset({S.RUNNING, S.SUSPENDED, S.ERROR, S.DELETING}),

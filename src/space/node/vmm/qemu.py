@@ -28,6 +28,7 @@ from space.node.vmm.qmp import QmpClient, QmpError
 from space.node.vmm.shared_memory import SharedMemory
 
 log = logging.getLogger(__name__)
+NEVER_RAN = frozenset({"inmigrate", "prelaunch"})  # QMP run states of a VM with no guest yet
 
 STOP_GRACE = 2.0
 LAUNCH_TIMEOUT = 30.0
@@ -188,7 +189,14 @@ class QemuDriver:
         watch = ProcessWatch(pid)
         try:
             qmp = await QmpClient.connect(config.control_socket, timeout=5.0)
+            status = (await qmp.execute("query-status")).get("status")
         except QmpError:
+            watch.kill()
+            watch.close()
+            return None
+        if status in NEVER_RAN:  # a restore cut short before its state was loaded
+            log.info("vm %s never ran (%s): ending it instead of adopting it", config.vm_id, status)
+            await qmp.close()
             watch.kill()
             watch.close()
             return None

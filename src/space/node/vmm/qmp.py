@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from space import faults
 from space.node.vmm.base import VmmError
 
 QMP_TIMEOUT = 30.0
@@ -55,13 +56,16 @@ class QmpClient:
         message: dict[str, Any] = {"execute": command}
         if arguments:
             message["arguments"] = arguments
+        faults.point(f"before_qmp_{command}")
         async with self._lock:
             try:
                 self._writer.write(json.dumps(message).encode() + b"\n")
                 await asyncio.wait_for(self._writer.drain(), QMP_TIMEOUT)
             except (OSError, TimeoutError) as exc:
                 raise QmpError(f"{command}: QMP connection lost ({exc})") from exc
-            return await self._reply(command)
+            reply = await self._reply(command)
+        faults.point(f"after_qmp_{command}")
+        return reply
 
     async def send_fd(self, name: str, fd: int) -> None:
         """Hand QEMU an open file as `name` (QMP `getfd`), e.g. for `migrate fd:name`."""
