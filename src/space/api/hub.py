@@ -4,7 +4,8 @@
 that appends every event to the command's log (see `eventlog`). Readers follow
 the log, so streams survive client disconnects and can be replayed. Each log
 holds at most `log_limit` bytes; the pump keeps draining past it (the command
-runs on, its further output dropped and counted on the `exit` record).
+runs on, its further output dropped and counted on the `exit` record). An exit
+the database cannot take at once is recorded when it is back.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import shutil
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -136,5 +138,9 @@ class CommandHub:
         finally:
             live.writer.close()
             del self._live[command_id]
-            with self._db.session() as session:
-                CommandRepo(session).finish(command_id, exit_code)
+            finish = partial(_finish, command_id, exit_code)
+            self._db.write_soon(finish, f"exit of command {command_id}")
+
+
+def _finish(command_id: str, exit_code: int | None, session: Session) -> None:
+    CommandRepo(session).finish(command_id, exit_code)

@@ -5,6 +5,8 @@ code runs from `reconcile_once`, the periodic, level-triggered backstop that
 converges desired and observed state after any crash. At most one operation per
 sandbox is in flight; a second caller waits for the first. A pass logs and
 skips an action that fails (or a row it cannot use) and goes on with the rest.
+A pass the database cuts short is simply retried next interval (the `Database`
+logs the outage once); nothing is marked `error` for it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from space.control.plan import Action, RowSnapshot, Verb, plan
 from space.control.tasks import run_periodically
 from space.node.client import NodeClient, SandboxObservation, SandboxSpec
 from space.store.db import Database
-from space.store.errors import NotFound, StaleGeneration
+from space.store.errors import DatabaseUnavailable, NotFound, StaleGeneration
 from space.store.models import Sandbox
 from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState
@@ -43,7 +45,7 @@ class Controller:
         self._node = node
         self._timeouts = timeouts
         self._config = config
-        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._in_flight: dict[str, asyncio.Task[DatabaseUnavailable | None]] = {}
         self._tasks = TaskSet()
         self.expiry = Expiry(
             db=db,
@@ -74,6 +76,8 @@ class Controller:
             log.info("reconcile: %s %s (%s)", action.verb, action.sandbox_id, action.reason)
             try:
                 await self._apply(action)
+            except DatabaseUnavailable:
+                raise  # the rest would fail alike: the pass ends, the next one retries
             except Exception:
                 log.exception("reconcile: %s %s failed", action.verb, action.sandbox_id)
 
@@ -81,13 +85,13 @@ class Controller:
         """Run the reconciler and the expiry sweep in the background (first passes now)."""
         reconciler = run_periodically(
             "reconciler",
-            self.reconcile_once,
+            _through_outages(self.reconcile_once),
             interval=self._config.reconcile_interval,
             backoff=self._config.restart_backoff,
         )
         expiry = run_periodically(
             "expiry",
-            self.expiry.sweep,
+            _through_outages(self.expiry.sweep),
             interval=self._config.expiry_interval,
             backoff=self._config.restart_backoff,
         )
@@ -124,7 +128,9 @@ class Controller:
         task = self._tasks.spawn(_call(op), f"sandbox-op-{sandbox_id}")
         self._in_flight[sandbox_id] = task
         task.add_done_callback(lambda _t: self._in_flight.pop(sandbox_id, None))
-        await asyncio.shield(task)
+        cut = await asyncio.shield(task)
+        if cut is not None:
+            raise cut
 
     async def _create(self, sandbox_id: str) -> None:
         with self._db.session() as session:
@@ -187,8 +193,26 @@ class Controller:
             log.info("sandbox %s changed meanwhile, skipping %s: %s", sandbox_id, to, exc)
 
 
-async def _call(op: Callable[[], Awaitable[None]]) -> None:
-    await op()
+async def _call(op: Callable[[], Awaitable[None]]) -> DatabaseUnavailable | None:
+    """Run `op`; an outage that cut it short is returned for the caller to raise
+    (the next reconcile pass picks the sandbox up), not logged as a task failure."""
+    try:
+        await op()
+    except DatabaseUnavailable as exc:
+        return exc
+    return None
+
+
+def _through_outages(step: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """`step`, ending quietly when the database is down (next interval tries again)."""
+
+    async def run() -> None:
+        try:
+            await step()
+        except DatabaseUnavailable:
+            pass
+
+    return run
 
 
 def _spec(row: Sandbox) -> SandboxSpec | str:

@@ -4,6 +4,9 @@ Each operation calls the node method of the same name when the node has it
 (`pause_sandbox`, ...) and raises `NotSupported` otherwise, before touching the
 row. A node failure moves the sandbox to `error` with the reason. An expiry
 passes `due`, re-checked by the move into the intermediate state (suspend).
+If the database goes away after the node acted, the caller gets its 503 and
+the outcome is recorded as soon as the database is back, so the row never
+stays behind the VM.
 """
 
 from __future__ import annotations
@@ -11,11 +14,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
+
+from sqlalchemy.orm import Session
 
 from space.control.errors import NodeFailed, NotSupported
 from space.node.client import NodeClient
 from space.store.db import Database
+from space.store.errors import DatabaseUnavailable
 from space.store.models import Sandbox
 from space.store.sandboxes import SandboxRepo, StillDue
 from space.store.states import ALLOWED_TRANSITIONS, DesiredState, SandboxState, check_transition
@@ -69,7 +76,12 @@ async def apply_power(
         desired = _DESIRED[kept] if kept is not None else None
         _move(db, sandbox.id, generation, kept or S.ERROR, desired, reason)
         raise NodeFailed(reason) from exc
-    return _move(db, sandbox.id, generation, step.target, step.desired)
+    try:
+        return _move(db, sandbox.id, generation, step.target, step.desired)
+    except DatabaseUnavailable:
+        record = partial(_record, sandbox.id, generation, step.target, step.desired)
+        db.retry_when_back(record, f"{op} of {sandbox.id}")
+        raise
 
 
 _KEPT = {"running": S.RUNNING, "paused": S.PAUSED, "suspended": S.SUSPENDED}
@@ -98,6 +110,18 @@ async def _kept_state(
     kept = _KEPT.get(observed or "")
     allowed = kept is not None and kept in ALLOWED_TRANSITIONS[via]
     return kept if allowed else None
+
+
+def _record(
+    sandbox_id: str,
+    generation: int,
+    to: SandboxState,
+    desired: DesiredState,
+    session: Session,
+) -> None:
+    SandboxRepo(session).transition(
+        sandbox_id, expected_generation=generation, to=to, desired=desired
+    )
 
 
 def _move(

@@ -27,6 +27,7 @@ from pydantic.alias_generators import to_camel
 from space.api.e2b.catching import catching_route
 from space.api.e2b.routing import EnvdAuthError, SandboxNotRunning
 from space.node.errors import NodeError
+from space.store.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def to_connect_error(exc: BaseException) -> ConnectError:
         return exc
     if isinstance(exc, EnvdAuthError):
         return ConnectError("unauthenticated", str(exc))
-    if isinstance(exc, SandboxNotRunning | NodeError):
+    if isinstance(exc, SandboxNotRunning | NodeError | DatabaseUnavailable):
         return ConnectError("unavailable", str(exc))
     if isinstance(exc, ValidationError | RequestValidationError | ValueError | RecursionError):
         return ConnectError("invalid_argument", str(exc))
