@@ -21,8 +21,10 @@ reconcile intervals and started again. Then:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import logging
 import os
 import random
 import shutil
@@ -39,16 +41,15 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
+from space.api.app import create_app
+from space.config import ControllerConfig, Settings
+from space.node.client import SandboxObservation
+from tests.control.fakes import FakeNode
 from tests.crash.pgcluster import PgCluster
 from tests.e2e.server import SpaceServer
+from tests.pg import PgDatabase
 
-pytestmark = [
-    pytest.mark.crash,
-    pytest.mark.pg,
-    pytest.mark.vm,
-    pytest.mark.netns,
-    pytest.mark.timeout(1800),
-]
+pytestmark = [pytest.mark.crash, pytest.mark.pg]
 
 TEMPLATE = "busybox"
 RECONCILE = 1.0
@@ -363,6 +364,9 @@ def host_mismatch(server: SpaceServer, by_id: dict[str, dict[str, Any]]) -> list
     return problems
 
 
+@pytest.mark.vm
+@pytest.mark.netns
+@pytest.mark.timeout(1800)
 def test_postgres_restart_mid_churn(cluster: PgCluster, server: SpaceServer) -> None:
     server.start()
     stop = threading.Event()
@@ -504,3 +508,73 @@ def _healthy(http: httpx.Client) -> bool:
         return http.get("/healthz").status_code == 200
     except httpx.TransportError:
         return False
+
+
+class CountingNode(FakeNode):
+    """Counts reconcile passes (each starts with `observe`)."""
+
+    passes = 0
+
+    async def observe(self) -> list[SandboxObservation]:
+        self.passes += 1
+        return await super().observe()
+
+
+async def test_every_front_answers_503_while_postgres_is_down(
+    cluster: PgCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No VM: the app in-process on the private cluster, each front's shape checked,
+    the outage logged once however many calls and reconcile passes hit it."""
+    database = PgDatabase(cluster.url, "space_fronts")
+    key = "sk_dbdown_fronts_0123456789abcdef"
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        cache_dir=tmp_path / "cache",
+        database_url=database.url,
+        bootstrap_key=key,
+        controller=ControllerConfig(reconcile_interval=0.1, expiry_interval=0.1),
+    )
+    node = CountingNode()
+    app = create_app(settings, node)
+    transport = httpx.ASGITransport(app=app)
+    v1 = {"Authorization": f"Bearer {key}"}
+    e2b = {"X-API-KEY": key}
+    try:
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=transport, base_url="http://space") as http:
+                assert (await http.get("/healthz")).status_code == 200
+                assert (await http.get("/v1/sandboxes", headers=v1)).status_code == 200
+                cluster.stop()
+                answers = {
+                    "healthz": await http.get("/healthz"),
+                    "v1 list": await http.get("/v1/sandboxes", headers=v1),
+                    "v1 create (a body)": await http.post("/v1/sandboxes", headers=v1, json={}),
+                    "e2b list": await http.get("/sandboxes", headers=e2b),
+                    "e2b create (a body)": await http.post("/sandboxes", headers=e2b, json={}),
+                }
+                for name, answer in answers.items():
+                    assert answer.status_code == 503, (name, answer.text)
+                    assert answer.headers.get("retry-after") == "2", (name, answer.headers)
+                    body = answer.json()
+                    if name.startswith("e2b"):
+                        assert body["code"] == 503 and "database" in body["message"], body
+                    else:
+                        assert body["error"]["code"] == "database_unavailable", body
+                    assert "space-pg" not in answer.text, "the socket path leaked"
+                passes = node.passes + 10
+                while node.passes < passes:  # ten reconcile passes into the outage
+                    await asyncio.sleep(0.05)
+                cluster.start()
+                assert (await http.get("/healthz")).status_code == 200
+                assert (await http.get("/v1/sandboxes", headers=v1)).status_code == 200
+    finally:
+        app.state.space.db.dispose()
+        if not cluster.running():
+            cluster.start()
+        database.drop()
+    logged = [r.getMessage() for r in caplog.records if r.name == "space.store.db"]
+    assert sum("database unavailable" in m for m in logged) == 1, logged
+    assert sum("database available again" in m for m in logged) == 1, logged
+    others = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    others = [m for m in others if "database" not in m]
+    assert not others, (passes, others)  # no loop logged a failure per pass

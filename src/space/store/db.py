@@ -131,7 +131,8 @@ class _Outage:
             if self._since is not None:
                 return
             self._since = time.monotonic()
-        log.warning("database unavailable, calls answer 503 until it returns: %s", exc)
+        cause = exc.orig if isinstance(exc, sa_exc.DBAPIError) else exc
+        log.warning("database unavailable, calls answer 503 until it returns: %s", cause)
 
     def answered(self) -> None:
         if self._since is None:
