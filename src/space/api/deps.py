@@ -18,8 +18,8 @@ from space.api.errors import ApiError
 from space.api.state import AppState
 from space.control.wake import wake
 from space.store.db import Database
-from space.store.keys import KeyRepo, Principal
 from space.store.errors import DatabaseUnavailable
+from space.store.keys import KeyRepo, Principal
 from space.store.models import Sandbox
 from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState

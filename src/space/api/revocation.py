@@ -27,6 +27,7 @@ class KeyWatch:
         self._key_id = key_id
         self._every = every
         self._next = time.monotonic() + every
+        self.cannot_check = False  # the last check found the database down
 
     def still_valid(self) -> bool:
         """False once the key is revoked or expired, or cannot be checked (checked
@@ -39,6 +40,7 @@ class KeyWatch:
             with self._db.session() as session:
                 return KeyRepo(session).is_valid(self._key_id)
         except DatabaseUnavailable:
+            self.cannot_check = True
             return False
 
     async def guard(self, items: AsyncIterator[T]) -> AsyncIterator[T]:

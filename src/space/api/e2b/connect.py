@@ -111,6 +111,14 @@ def to_connect_error(exc: BaseException) -> ConnectError:
     return ConnectError("internal", f"internal error ({type(exc).__name__})")
 
 
+def key_check_ended(cannot_check: bool) -> ConnectError:
+    """How a stream ends whose key stopped checking out: revoked or expired, or a
+    database outage (`unavailable`: the SDK may reconnect once it is over)."""
+    if cannot_check:
+        return ConnectError("unavailable", "the database is unavailable; reconnect shortly")
+    return ConnectError("unauthenticated", "the API key was revoked or expired")
+
+
 def error_response(exc: BaseException) -> JSONResponse:
     error = to_connect_error(exc)
     return JSONResponse(error.body(), status_code=HTTP_STATUS[error.code])
