@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import logging
 import os
 import random
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -282,9 +284,10 @@ def server(cluster: PgCluster, tmp_path: Path) -> Iterator[SpaceServer]:
 
 
 class Straddling:
-    """Operations that start before the database stops and end while it is down: a
-    create of a template without a warm pool (a restore, seconds), and a suspend
-    (a memory snapshot), each seen in its transitional state first."""
+    """Operations under way when the database stops: a create (a restore of the base
+    template, no warm pool) whose QEMU is frozen (SIGSTOP) until the database is
+    gone, so the node finishes it only during the outage; and a suspend (a memory
+    snapshot, seconds), seen in `suspending` first."""
 
     def __init__(self, server: SpaceServer, http: httpx.Client) -> None:
         self.suspended = server.create(http, TEMPLATE)
@@ -295,6 +298,7 @@ class Straddling:
         )
         assert wrote.status_code == 200 and wrote.json()["exit_code"] == 0, wrote.text
         self.outcomes: dict[str, int | str] = {}
+        self.frozen: list[int] = []
         self._server = server
         self._threads = [
             threading.Thread(
@@ -304,8 +308,7 @@ class Straddling:
                 target=self._run, args=("suspend", f"/v1/sandboxes/{self.suspended}/suspend", None)
             ),
         ]
-        for thread in self._threads:
-            thread.start()
+        self._threads[0].start()
         self.created = wait_for(
             "the straddling create's row",
             lambda: next((i for i, r in rows(http).items() if r["template"] == "base"), None),
@@ -313,12 +316,25 @@ class Straddling:
             interval=0.02,
         )
         server.seen.add(self.created)
+        self._stop(wait_for("its QEMU", lambda: qemu_of(self.created), timeout=60, interval=0.01))
+        self._threads[1].start()
         wait_for(
             "the suspend to begin",
             lambda: http.get(f"/v1/sandboxes/{self.suspended}").json()["state"] != "running",
             timeout=60,
             interval=0.02,
         )
+
+    def _stop(self, pids: list[int]) -> None:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        self.frozen += pids
+
+    def thaw(self) -> None:
+        for pid in self.frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self.frozen = []
 
     def _run(self, what: str, url: str, body: dict[str, str] | None) -> None:
         with self._server.client(timeout=CALL_TIMEOUT) as http:
@@ -329,6 +345,19 @@ class Straddling:
         for thread in self._threads:
             thread.join(timeout=CALL_TIMEOUT)
             assert not thread.is_alive(), "a straddling call hung"
+
+
+def qemu_of(sandbox_id: str) -> list[int]:
+    """The QEMU processes named after `sandbox_id` (`-name space-<id>`), as soon as they exist."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"-name" in argv and f"space-{sandbox_id}".encode() in argv:
+            pids.append(int(proc.name))
+    return pids
 
 
 def running_commands(server: SpaceServer) -> list[str]:
@@ -404,7 +433,10 @@ def _churn_through_restart(
         )
 
         straddling = Straddling(server, http)
-        cluster.stop()
+        try:
+            cluster.stop()
+        finally:
+            straddling.thaw()
         health = http.get("/healthz")
         down_at = time.monotonic()
         assert health.status_code == 503, health.text
@@ -415,7 +447,14 @@ def _churn_through_restart(
         follower.join(timeout=30)
         assert not follower.is_alive(), "the SSE stream did not end while the database was down"
         assert follower.ending in ("ended", "exit"), follower.ending
-        wait_for("several reconcile intervals", lambda: time.monotonic() - down_at >= OUTAGE, 60)
+        wait_for(
+            "several reconcile intervals, and a call of each client, while it is down",
+            lambda: (
+                time.monotonic() - down_at >= OUTAGE
+                and all(any(c.started >= down_at for c in churner.calls) for churner in churners)
+            ),
+            timeout=CALL_TIMEOUT,
+        )
         up_at = time.monotonic()
         cluster.start()
         wait_for("/healthz once PostgreSQL is back", lambda: _healthy(http), timeout=60)

@@ -74,14 +74,10 @@ async def apply_power(
         reason = f"{op} failed: {type(exc).__name__}: {exc}"
         kept = await _kept_state(node, sandbox.id, step.via)
         desired = _DESIRED[kept] if kept is not None else None
-        _move(db, sandbox.id, generation, kept or S.ERROR, desired, reason)
+        what = f"{op} of {sandbox.id} (failed)"
+        _settle(db, what, sandbox.id, generation, kept or S.ERROR, desired, reason)
         raise NodeFailed(reason) from exc
-    try:
-        return _move(db, sandbox.id, generation, step.target, step.desired)
-    except DatabaseUnavailable:
-        record = partial(_record, sandbox.id, generation, step.target, step.desired)
-        db.retry_when_back(record, f"{op} of {sandbox.id}")
-        raise
+    return _settle(db, f"{op} of {sandbox.id}", sandbox.id, generation, step.target, step.desired)
 
 
 _KEPT = {"running": S.RUNNING, "paused": S.PAUSED, "suspended": S.SUSPENDED}
@@ -112,15 +108,34 @@ async def _kept_state(
     return kept if allowed else None
 
 
+def _settle(
+    db: Database,
+    what: str,
+    sandbox_id: str,
+    generation: int,
+    to: SandboxState,
+    desired: DesiredState | None,
+    reason: str | None = None,
+) -> Sandbox:
+    """Record what the node did; if the database is down, raise `DatabaseUnavailable`
+    and record it as soon as the database is back."""
+    try:
+        return _move(db, sandbox_id, generation, to, desired, reason)
+    except DatabaseUnavailable:
+        db.retry_when_back(partial(_record, sandbox_id, generation, to, desired, reason), what)
+        raise
+
+
 def _record(
     sandbox_id: str,
     generation: int,
     to: SandboxState,
-    desired: DesiredState,
+    desired: DesiredState | None,
+    reason: str | None,
     session: Session,
 ) -> None:
     SandboxRepo(session).transition(
-        sandbox_id, expected_generation=generation, to=to, desired=desired
+        sandbox_id, expected_generation=generation, to=to, desired=desired, reason=reason
     )
 
 
