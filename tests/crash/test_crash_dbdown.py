@@ -317,7 +317,10 @@ class Straddling:
             interval=0.02,
         )
         server.seen.add(self.created)
-        self._stop(wait_for("its QEMU", lambda: qemu_of(self.created), timeout=60, interval=0.01))
+        vm = wait_for(  # after the template's base snapshot is built, on first use
+            "its QEMU", lambda: qemu_of(self.created), timeout=CALL_TIMEOUT, interval=0.01
+        )
+        self._stop(vm)
         self._threads[1].start()
         wait_for(
             "the suspend to begin",
