@@ -14,7 +14,8 @@ class PgDatabase:
     """`CREATE DATABASE name` on the server of `server_url`; `drop()` removes it."""
 
     def __init__(self, server_url: str, name: str) -> None:
-        self._admin = create_engine(server_url, isolation_level="AUTOCOMMIT")
+        # pinged before use: a test may restart the server under it (tests/crash)
+        self._admin = create_engine(server_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
         self.name = name
         self.url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
         with self._admin.connect() as conn:

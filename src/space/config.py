@@ -91,6 +91,21 @@ class RecoveryConfig(BaseSettings):
     backoff_max: float = Field(default=8.0, gt=0)
 
 
+class DatabaseConfig(BaseSettings):
+    """How long a call waits on a database that does not answer (`SPACE_DB_*`, seconds).
+
+    PostgreSQL only: a connect gives up after `connect_timeout`, a statement after
+    `statement_timeout`, a wait for a pooled connection after `pool_timeout`; the
+    API then answers 503 `database_unavailable` with a `Retry-After`.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_DB_", extra="ignore")
+
+    connect_timeout: int = Field(default=5, ge=1)
+    statement_timeout: float = Field(default=30.0, gt=0)
+    pool_timeout: float = Field(default=5.0, gt=0)
+
+
 class GatewayConfig(BaseSettings):
     """The egress gateway: `SPACE_GATEWAY_RESOLVER` (host[:port] of the upstream DNS
     resolver; default: the host's first IPv4 nameserver) and `SPACE_GATEWAY_CA_FILE`
@@ -348,6 +363,7 @@ class Settings(BaseSettings):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     controller: ControllerConfig = Field(default_factory=ControllerConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
+    db: DatabaseConfig = Field(default_factory=DatabaseConfig)
     node: NodeConfig = Field(default_factory=NodeConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     egress: EgressConfig = Field(default_factory=EgressConfig)

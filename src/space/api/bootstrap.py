@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 def open_database(settings: Settings) -> Database:
     """Connect, upgrade the schema in place, and make sure an admin key exists."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, settings.db)
     upgrade(engine)
     db = Database(engine)
     ensure_admin_key(db, settings)

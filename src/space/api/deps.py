@@ -18,6 +18,7 @@ from space.api.errors import ApiError
 from space.api.state import AppState
 from space.control.wake import wake
 from space.store.db import Database
+from space.store.errors import DatabaseUnavailable
 from space.store.keys import KeyRepo, Principal
 from space.store.models import Sandbox
 from space.store.sandboxes import SandboxRepo
@@ -85,8 +86,11 @@ def _data_plane_sandbox(sandbox: SandboxDep, state: StateDep) -> Iterator[Sandbo
         with state.activity.hold(sandbox.id):
             yield sandbox
     finally:
-        with state.db.session() as session:
-            SandboxRepo(session).touch(sandbox.id)
+        try:
+            with state.db.session() as session:
+                SandboxRepo(session).touch(sandbox.id)
+        except DatabaseUnavailable:
+            pass  # the call's answer is already out; its start was recorded
 
 
 DataPlaneDep = Annotated[Sandbox, Depends(_data_plane_sandbox)]

@@ -16,6 +16,7 @@ The only place that maps exceptions to HTTP statuses:
     node.SandboxNotFound/Unavailable -> 409 sandbox_unavailable (the VM is gone or stopped)
     node.NodeError              -> 502 node_error
     TimeoutError                -> 504 timeout
+    store.DatabaseUnavailable   -> 503 database_unavailable, with `Retry-After`
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from starlette.exceptions import HTTPException
 from space.api.process_errors import CommandNotRunning
 from space.control.errors import NodeFailed, NodeUnavailable, NotSupported
 from space.seam.errors import NodeError, SandboxNotFound, SandboxUnavailable
-from space.store.errors import InvalidTransition, NotFound, StaleGeneration
+from space.store.errors import DatabaseUnavailable, InvalidTransition, NotFound, StaleGeneration
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,13 @@ def _domain(status: int, code: str) -> Any:
     return handler
 
 
+async def _database(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DatabaseUnavailable)
+    response = _respond(503, "database_unavailable", str(exc))
+    response.headers["Retry-After"] = str(exc.retry_after)
+    return response
+
+
 async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error", exc_info=exc)
     return _respond(500, "internal_error", "internal server error")
@@ -135,4 +143,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api)
     for exc_type, status, code in _DOMAIN:
         app.add_exception_handler(exc_type, _domain(status, code))
+    app.add_exception_handler(DatabaseUnavailable, _database)
     app.add_exception_handler(Exception, _unexpected)

@@ -9,7 +9,7 @@ One pure ASGI middleware in front of both fronts:
   must carry a credential that checks out — an API key (`Authorization: Bearer`
   or `X-API-KEY`), an envd access token, or a valid signed `/files` URL — or it is
   answered 401 before its body is read (a client that sent `Expect: 100-continue`
-  never sends it at all).
+  never sends it at all); 503 if the database cannot check it.
 - The body is counted as it streams, chunked or not: a declared `Content-Length`
   over the limit is a 413 at once; a stream that runs past it raises
   `BodyTooLarge` (an `HTTPException`, so each front answers 413 in its own error
@@ -38,11 +38,17 @@ from space.api.e2b.routing import EnvdAuthError, SandboxNotRunning, resolve, res
 from space.api.e2b.tokens import AccessTokens
 from space.api.errors import error_body
 from space.store.db import Database
+from space.store.errors import DatabaseUnavailable
 
 _UPLOADS = re.compile(r"^/v1/sandboxes/[^/]+/files$|^/files$")
 _CONNECT = ("/process.Process/", "/filesystem.Filesystem/")
-_V1_CODES = {401: "unauthorized", 413: "payload_too_large", 415: "unsupported_media_type"}
-_CONNECT_CODES = {401: "unauthenticated", 413: "resource_exhausted"}
+_V1_CODES = {
+    401: "unauthorized",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    503: "database_unavailable",
+}
+_CONNECT_CODES = {401: "unauthenticated", 413: "resource_exhausted", 503: "unavailable"}
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
@@ -77,7 +83,10 @@ class RequestLimits:
         request = Request(scope)
         path = request.url.path
         limit = self._upload_limit if _UPLOADS.match(path) else self._json_limit
-        refusal = await self._refusal(request, limit)
+        try:
+            refusal = await self._refusal(request, limit)
+        except DatabaseUnavailable as exc:  # the credential could not be checked
+            refusal = 503, str(exc)
         if refusal is not None:
             await _reply(path, *refusal)(scope, receive, send)
             return
@@ -180,4 +189,5 @@ def _reply(path: str, status: int, message: str) -> JSONResponse:
         body = {"code": code, "message": message}
     else:
         body = {"code": status, "message": message}
-    return JSONResponse(body, status_code=status)
+    headers = {"Retry-After": str(DatabaseUnavailable.retry_after)} if status == 503 else None
+    return JSONResponse(body, status_code=status, headers=headers)

@@ -5,6 +5,7 @@ is at its limit. Count and insert share one transaction under the org's lock
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -49,5 +50,9 @@ def reserve_command(
 
 
 def release_command(db: Database, command_id: str, exit_code: int | None = None) -> None:
-    with db.session() as session:
-        CommandRepo(session).finish(command_id, exit_code)
+    """Free the slot (now, or once a database outage is over)."""
+    db.write_soon(partial(_finish, command_id, exit_code), f"exit of command {command_id}")
+
+
+def _finish(command_id: str, exit_code: int | None, session: Session) -> None:
+    CommandRepo(session).finish(command_id, exit_code)

@@ -7,6 +7,8 @@ each state goes on). At most one operation per sandbox is in flight, whoever
 started it (API, expiry, reconciler); a second caller waits for the first, and
 the reconciler leaves a sandbox alone while one is. A pass logs and skips an
 action that fails (or a row it cannot use) and goes on with the rest.
+A pass the database cuts short is simply retried next interval (the `Database`
+logs the outage once); nothing is marked `error` for it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from space.control.tasks import run_periodically
 from space.seam.protocol import NodeClient
 from space.seam.values import SandboxObservation, SandboxSpec
 from space.store.db import Database
-from space.store.errors import NotFound, StaleGeneration
+from space.store.errors import DatabaseUnavailable, NotFound, StaleGeneration
 from space.store.models import Sandbox
 from space.store.sandboxes import SandboxRepo, StillDue
 from space.store.states import SandboxState
@@ -96,6 +98,8 @@ class Controller:
             log.info("reconcile: %s %s (%s)", action.verb, action.sandbox_id, action.reason)
             try:
                 await self._apply(action)
+            except DatabaseUnavailable:
+                raise  # the rest would fail alike: the pass ends, the next one retries
             except Exception:
                 log.exception("reconcile: %s %s failed", action.verb, action.sandbox_id)
 
@@ -103,13 +107,13 @@ class Controller:
         """Run the reconciler and the expiry sweep in the background (first passes now)."""
         reconciler = run_periodically(
             "reconciler",
-            self.reconcile_once,
+            _through_outages(self.reconcile_once),
             interval=self._config.reconcile_interval,
             backoff=self._config.restart_backoff,
         )
         expiry = run_periodically(
             "expiry",
-            self.expiry.sweep,
+            _through_outages(self.expiry.sweep),
             interval=self._config.expiry_interval,
             backoff=self._config.restart_backoff,
         )
@@ -160,7 +164,10 @@ class Controller:
         task = self._tasks.spawn(_call(op), f"sandbox-op-{sandbox_id}")
         registry[sandbox_id] = task
         task.add_done_callback(lambda _t: registry.pop(sandbox_id, None))
-        return await asyncio.shield(task)
+        outcome = await asyncio.shield(task)
+        if isinstance(outcome, DatabaseUnavailable):
+            raise outcome  # cut by an outage: the next reconcile pass picks it up
+        return outcome
 
     async def _power(
         self, sandbox_id: str, op: PowerOp, generation: int | None, due: StillDue | None
@@ -259,8 +266,25 @@ def _unfenced() -> None:
     """A controller that is the only one (`space up`, SQLite) may always act."""
 
 
-async def _call(op: Callable[[], Awaitable[T]]) -> T:
-    return await op()
+async def _call(op: Callable[[], Awaitable[T]]) -> T | DatabaseUnavailable:
+    """Run `op`; an outage that cut it short is returned for the caller to raise
+    (the next reconcile pass picks the sandbox up), not logged as a task failure."""
+    try:
+        return await op()
+    except DatabaseUnavailable as exc:
+        return exc
+
+
+def _through_outages(step: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+    """`step`, ending quietly when the database is down (next interval tries again)."""
+
+    async def run() -> None:
+        try:
+            await step()
+        except DatabaseUnavailable:
+            pass
+
+    return run
 
 
 def _spec(row: Sandbox) -> SandboxSpec | str:

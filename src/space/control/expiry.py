@@ -19,6 +19,7 @@ extension always wins over the expiry.
 
 One row that cannot be read or reasoned about (a corrupt column, a deadline
 past year 9999) is logged and skipped; it never stops the pass for the others.
+A database outage ends a pass quietly; the next sweep decides afresh.
 """
 
 from __future__ import annotations
@@ -39,7 +40,13 @@ from space.control.power import PowerOp
 from space.seam.protocol import NodeClient
 from space.store.commands import CommandRepo
 from space.store.db import Database
-from space.store.errors import InvalidTransition, NoLongerDue, NotFound, StaleGeneration
+from space.store.errors import (
+    DatabaseUnavailable,
+    InvalidTransition,
+    NoLongerDue,
+    NotFound,
+    StaleGeneration,
+)
 from space.store.models import Sandbox, utcnow
 from space.store.sandboxes import SandboxRepo, StillDue
 from space.store.states import DesiredState, SandboxState
@@ -224,6 +231,8 @@ class Expiry:
                 await self._suspend(action)
         except (StaleGeneration, NoLongerDue, NotFound, InvalidTransition) as exc:
             log.info("expiry: sandbox %s changed meanwhile, leaving it: %s", action.sandbox_id, exc)
+        except DatabaseUnavailable:
+            pass  # logged once per outage by the Database; the next sweep decides again
         except Exception:
             log.exception("expiry: %s %s failed", action.kind, action.sandbox_id)
 

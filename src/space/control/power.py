@@ -9,6 +9,8 @@ holds: a sandbox already where the operation leads counts as done (a resume of o
 the node sees running succeeds), one still whole keeps the state the node reports,
 and only one the node has lost moves to `error`. An expiry passes `due`, re-checked
 by the first UPDATE.
+If the database goes away after the node acted, the caller gets its 503 and the
+row is settled as soon as the database is back, so it never stays behind the VM.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
+
+from sqlalchemy.orm import Session
 
 from space import faults
 from space.control.errors import NodeFailed, NotSupported
 from space.seam.protocol import NodeClient
 from space.store.db import Database
+from space.store.errors import DatabaseUnavailable
 from space.store.models import Sandbox
 from space.store.sandboxes import SandboxRepo, StillDue
 from space.store.states import (
@@ -147,17 +153,29 @@ def settle(
     db: Database, sandbox_id: str, generation: int, to: SandboxState, reason: str | None = None
 ) -> Sandbox:
     """Move the row to `to` and make that its desired state too (a row already there
-    only has its desired state aligned; one the table keeps from `to` is left as is)."""
+    only has its desired state aligned; one the table keeps from `to` is left as is).
+    With the database down: `DatabaseUnavailable`, and the move is made once it is back."""
+    move = partial(_settle_in, sandbox_id, generation, to, reason)
+    try:
+        with db.session() as session:
+            return move(session)
+    except DatabaseUnavailable:
+        db.retry_when_back(move, f"{to.value} of {sandbox_id}")
+        raise
+
+
+def _settle_in(
+    sandbox_id: str, generation: int, to: SandboxState, reason: str | None, session: Session
+) -> Sandbox:
     desired = DESIRED.get(to)
-    with db.session() as session:
-        repo = SandboxRepo(session)
-        row = repo.get(sandbox_id)
-        if row.state == to.value and desired is not None:
-            return repo.set_desired(
-                sandbox_id, expected_generation=generation, desired=desired, reason=reason
-            )
-        if to not in ALLOWED_TRANSITIONS[SandboxState(row.state)]:
-            return row
-        return repo.transition(
-            sandbox_id, expected_generation=generation, to=to, desired=desired, reason=reason
+    repo = SandboxRepo(session)
+    row = repo.get(sandbox_id)
+    if row.state == to.value and desired is not None:
+        return repo.set_desired(
+            sandbox_id, expected_generation=generation, desired=desired, reason=reason
         )
+    if to not in ALLOWED_TRANSITIONS[SandboxState(row.state)]:
+        return row
+    return repo.transition(
+        sandbox_id, expected_generation=generation, to=to, desired=desired, reason=reason
+    )

@@ -5,7 +5,8 @@ StoreError
  ├── InvalidTransition   the state machine forbids the requested change   (409)
  ├── NodeStateRefused    a node cannot go to the requested registry state (`space nodes`)
  ├── StaleGeneration     the row changed since the caller read it         (409)
- └── NoLongerDue         an expiry lost to activity or a new deadline (never reaches the API)
+ ├── NoLongerDue         an expiry lost to activity or a new deadline (never reaches the API)
+ └── DatabaseUnavailable the database cannot be reached or cut the call short      (503)
 """
 
 from __future__ import annotations
@@ -50,3 +51,17 @@ class NoLongerDue(StoreError):
     def __init__(self, sandbox_id: str) -> None:
         super().__init__(f"sandbox {sandbox_id} was used or got a new deadline; not expiring it")
         self.sandbox_id = sandbox_id
+
+
+class DatabaseUnavailable(StoreError):
+    """The database did not answer (down, restarting, unreachable, out of time).
+
+    The message is for clients: it names no host, socket or user; the cause is
+    chained (and logged once per outage by `Database`).
+    """
+
+    #: Seconds a client is told to wait before it retries (`Retry-After`).
+    retry_after = 2
+
+    def __init__(self) -> None:
+        super().__init__("the database is unavailable; retry shortly")

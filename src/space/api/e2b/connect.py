@@ -27,6 +27,7 @@ from pydantic.alias_generators import to_camel
 from space.api.e2b.catching import catching_route
 from space.api.e2b.routing import EnvdAuthError, SandboxNotRunning
 from space.seam.errors import NodeError
+from space.store.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def to_connect_error(exc: BaseException) -> ConnectError:
         return exc
     if isinstance(exc, EnvdAuthError):
         return ConnectError("unauthenticated", str(exc))
-    if isinstance(exc, SandboxNotRunning | NodeError):
+    if isinstance(exc, SandboxNotRunning | NodeError | DatabaseUnavailable):
         return ConnectError("unavailable", str(exc))
     if isinstance(exc, ValidationError | RequestValidationError | ValueError | RecursionError):
         return ConnectError("invalid_argument", str(exc))
@@ -108,6 +109,14 @@ def to_connect_error(exc: BaseException) -> ConnectError:
         return ConnectError(fallback, str(exc))
     log.error("unexpected error in an envd call", exc_info=exc)
     return ConnectError("internal", f"internal error ({type(exc).__name__})")
+
+
+def key_check_ended(cannot_check: bool) -> ConnectError:
+    """How a stream ends whose key stopped checking out: revoked or expired, or a
+    database outage (`unavailable`: the SDK may reconnect once it is over)."""
+    if cannot_check:
+        return ConnectError("unavailable", "the database is unavailable; reconnect shortly")
+    return ConnectError("unauthenticated", "the API key was revoked or expired")
 
 
 def error_response(exc: BaseException) -> JSONResponse:

@@ -15,6 +15,7 @@ routes and envd's `/files` and `/health`; one table maps SPACE's errors onto it.
     control.NotSupported             501
     SandboxNotRunning, node errors, control.NodeFailed  502 (envd: "sandbox not found")
     control.NodeUnavailable          503
+    store.DatabaseUnavailable        503 (with `Retry-After`)
     TimeoutError                     504
 """
 
@@ -31,7 +32,7 @@ from space.api.e2b.routing import EnvdAuthError, SandboxNotRunning
 from space.api.errors import ApiError
 from space.control.errors import NodeFailed, NodeUnavailable, NotSupported
 from space.seam.errors import NodeError
-from space.store.errors import InvalidTransition, NotFound, StaleGeneration
+from space.store.errors import DatabaseUnavailable, InvalidTransition, NotFound, StaleGeneration
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ _STATUS: list[tuple[type[Exception], int]] = [
     (NodeFailed, 502),
     (NodeError, 502),
     (NodeUnavailable, 503),
+    (DatabaseUnavailable, 503),
     (TimeoutError, 504),
     (ValueError, 400),
     (OSError, 400),  # any other refusal of a file operation by the sandbox (EINVAL, EIO, ...)
@@ -65,7 +67,10 @@ class E2bError(Exception):
 
 def error_response(exc: Exception) -> JSONResponse:
     status, message = _describe(exc)
-    return JSONResponse({"code": status, "message": message}, status_code=status)
+    response = JSONResponse({"code": status, "message": message}, status_code=status)
+    if isinstance(exc, DatabaseUnavailable):
+        response.headers["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 def _describe(exc: Exception) -> tuple[int, str]:

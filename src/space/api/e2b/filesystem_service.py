@@ -14,7 +14,13 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from space.api.deps import StateDep
-from space.api.e2b.connect import ConnectError, ConnectRoute, read_stream_request, read_unary
+from space.api.e2b.connect import (
+    ConnectError,
+    ConnectRoute,
+    key_check_ended,
+    read_stream_request,
+    read_unary,
+)
 from space.api.e2b.front import EnvdDep, FrontDep
 from space.api.e2b.messages import (
     EVENT_TYPES,
@@ -131,7 +137,7 @@ async def watch_dir(
 
     async def next_item(seconds: float) -> tuple[str, Any] | None:
         if not watch.still_valid():
-            return "end", ConnectError("unauthenticated", "the API key was revoked or expired")
+            return "end", key_check_ended(watch.cannot_check)
         if not pending:
             if watcher.ended and not watcher.events:
                 return "end", None

@@ -15,7 +15,13 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from space.api.deps import StateDep
-from space.api.e2b.connect import ConnectError, ConnectRoute, read_stream_request, read_unary
+from space.api.e2b.connect import (
+    ConnectError,
+    ConnectRoute,
+    key_check_ended,
+    read_stream_request,
+    read_unary,
+)
 from space.api.e2b.front import E2bFront, EnvdDep, FrontDep
 from space.api.e2b.messages import (
     SIGNALS,
@@ -117,7 +123,7 @@ def _follow(
             return "end", None
         arrived, event = await get_within(follow, seconds)
         if not watch.still_valid():
-            return "end", ConnectError("unauthenticated", "the API key was revoked or expired")
+            return "end", key_check_ended(watch.cannot_check)
         if not arrived:
             return None
         if event is None:
