@@ -41,11 +41,11 @@ from typing import Any
 
 import httpx
 import pytest
-from space.node.client import SandboxObservation
 from sqlalchemy import create_engine, text
 
 from space.api.app import create_app
 from space.config import ControllerConfig, Settings
+from space.seam.values import SandboxObservation
 from tests.control.fakes import FakeNode
 from tests.crash.pgcluster import PgCluster
 from tests.e2e.server import SpaceServer
