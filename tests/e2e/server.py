@@ -27,6 +27,7 @@ import httpx
 
 from space.node.vmm.jail import JailConfig, Jailer
 from tests.pg import PgDatabase
+from tests.throwaway import built_images
 
 HEALTH_TIMEOUT = 600.0  # a cold cache builds the guest images first
 CREATE_TIMEOUT = 600.0
@@ -113,6 +114,7 @@ class SpaceServer:
     # -- process -----------------------------------------------------------------
 
     def start(self) -> None:
+        built_images()  # so parallel workers' servers find the images cached, not race to build
         argv = [space_binary(), "up", "--port", str(self.port), "--data-dir", str(self.data_dir)]
         with self.log.open("ab") as log:
             self._proc = subprocess.Popen(
