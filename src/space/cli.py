@@ -96,9 +96,8 @@ async def _serve_with_node(settings: Settings) -> None:
     await node.start()
     with _signals_after_cleanup():
         try:
-            app = create_app(
-                settings, node, db=db, metrics_from=[node.egress.gateway.metrics.registry]
-            )
+            registries = [node.egress.gateway.metrics.registry, node.metrics.registry]
+            app = create_app(settings, node, db=db, metrics_from=registries)
             _announce(settings)
             await _uvicorn(app, settings)
         finally:

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import shutil
+import time
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import aclosing
 from pathlib import Path
@@ -36,6 +37,7 @@ from space.node.errors import (
 )
 from space.node.fileerrors import as_oserror
 from space.node.images import TemplateImporter
+from space.node.metrics import NodeMetrics
 from space.node.network.egress import Egress, EgressConfig
 from space.node.network.netns import NetworkManager, SandboxNetwork
 from space.node.provision import WARM_MEMORY_MIB, WARM_VCPUS, ProvisionMixin
@@ -107,6 +109,7 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         self._snapshotter: Snapshotter | None = None
         self._warm = WarmPools(warm_pools or {}, self._fill_warm)
         self._warm_task: asyncio.Task[None] | None = None
+        self.metrics = NodeMetrics(lambda: [*self._sandboxes.values(), *self._warm.entries()])
 
     @property
     def egress(self) -> Egress:
@@ -165,10 +168,13 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         check_sandbox_id(spec.sandbox_id)
         if spec.sandbox_id in self._sandboxes:
             return self._sandboxes[spec.sandbox_id].observation()
+        started = time.perf_counter()
         image = await self._template(spec.template)
         warm = self._warm.claim(spec.template) if _pool_sized(spec) else None
         if warm is not None:
-            return await self._claim(warm, spec)
+            claimed = await self._claim(warm, spec)
+            self.metrics.created("warm", started)
+            return claimed
         record = SandboxRecord(
             spec.sandbox_id,
             spec.template,
@@ -199,6 +205,7 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
             sandbox.state, sandbox.reason = "error", f"create failed: {exc}"
             await self.destroy_sandbox(spec.sandbox_id)
             raise
+        self.metrics.created("cold" if base is None else "restore", started)
         return sandbox.observation()
 
     async def destroy_sandbox(self, sandbox_id: str) -> None:
@@ -214,8 +221,11 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         return [sandbox.observation() for sandbox in self._sandboxes.values()]
 
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+        started = time.perf_counter()
         with as_oserror(request.cwd or (request.args or ("",))[0]):  # a refused start
-            return await self._agent(sandbox_id).exec(self._with_env(sandbox_id, request))
+            result = await self._agent(sandbox_id).exec(self._with_env(sandbox_id, request))
+        self.metrics.executed(started)
+        return result
 
     async def start_command(self, sandbox_id: str, request: ExecRequest) -> CommandHandle:
         with as_oserror(request.cwd or (request.args or ("",))[0]):
@@ -263,6 +273,7 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         sandbox = self.sandbox(sandbox_id)
         if sandbox.state not in ("running", "paused"):
             raise SandboxUnavailable(sandbox_id, sandbox.state, "only a live sandbox suspends")
+        started = time.perf_counter()
         snapshotter, vm = self._ready_snapshotter(), _vm(sandbox)
         try:
             await snapshotter.capture(vm, sandbox.record.slot, {"sandbox_id": sandbox_id})
@@ -277,6 +288,7 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         shutil.rmtree(self.run_dir / sandbox.record.slot, ignore_errors=True)
         snapshotter.store.prune(sandbox.record.slot)
         sandbox.state, sandbox.reason = "suspended", None
+        self.metrics.suspended(started)
 
     async def _recover_from_failed_suspend(self, sandbox: Sandbox, vm: VmHandle) -> None:
         """Keep the sandbox at its last good state: live again, or its previous snapshot."""
@@ -303,10 +315,12 @@ class LocalNode(ProvisionMixin, RecoveryMixin, AgentOpsMixin):
         snapshot = self._ready_snapshotter().store.latest(sandbox.record.slot)
         if snapshot is None:
             raise SnapshotMissing(sandbox_id)
+        started = time.perf_counter()
         network = await asyncio.to_thread(self._net.create, sandbox.record.slot)
         await self._restore(sandbox, network, snapshot)
         await self._rejoin_gateway(sandbox)
         self._save(sandbox, sandbox.record.with_power())
+        self.metrics.restored(started)
 
     async def set_network_policy(self, sandbox_id: str, policy: dict[str, Any] | None) -> None:
         sandbox = self.sandbox(sandbox_id)
