@@ -1,4 +1,11 @@
-"""Fixtures shared by the control-plane tests: databases, settings, apps, servers."""
+"""Fixtures shared by the control-plane tests: databases, settings, apps, servers.
+
+The suite runs under pytest-xdist (`scripts/test`: `--dist loadgroup`). Tests go to
+workers one by one, except those sharing a module-scoped fixture (a `space up`
+server, a built image set), which `pytest_collection_modifyitems` pins to one worker
+per module so the fixture is made once. Session fixtures are made once per worker,
+on names of their own (a database per worker, throw-away nodes with random tags).
+"""
 
 from __future__ import annotations
 
@@ -26,6 +33,19 @@ from tests.pg import PgDatabase
 
 PG_URL = os.environ.get("SPACE_TEST_PG_URL")
 ADMIN_KEY = "sk_test_admin_key_0123456789"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that share a module-scoped fixture run on one worker (`xdist_group`)."""
+    for item in items:
+        if isinstance(item, pytest.Function) and _uses_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def _uses_module_fixture(item: pytest.Function) -> bool:
+    definitions = item._fixtureinfo.name2fixturedefs.values()
+    return any(fixture.scope == "module" for defs in definitions for fixture in defs)
 
 
 @pytest.fixture(scope="session")

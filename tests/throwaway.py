@@ -2,10 +2,14 @@
 
 Its own data dir (and loop-mounted pool), run dir and namespace prefix, so it never
 touches another node on the host; shared by test fixtures and benchmarks.
+`built_images` builds (or finds cached) the guest images under a file lock beside
+the cache, so parallel test workers wait for one build instead of racing to make it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import secrets
 import shutil
@@ -14,18 +18,32 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from space.cli import local_node
 from space.node.local import LocalNode
 from space.node.storage.pool import release_pool
+from space.node.templates import GuestArtifacts, TemplateImage, build_all
+
+CACHE_DIR = Path(os.environ.get("SPACE_CACHE_DIR", "/var/cache/space"))
+
+
+@functools.cache  # once per test process: the sources do not change mid-run
+def built_images(cache_dir: Path = CACHE_DIR) -> tuple[GuestArtifacts, dict[str, TemplateImage]]:
+    """`build_all`, one builder at a time across processes (a cache hit takes seconds)."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(cache_dir / ".build.lock"):
+        return build_all(cache_dir, progress=lambda event: None)
 
 
 @asynccontextmanager
 async def throwaway_node(data_dir: Path, label: str, **options: Any) -> AsyncIterator[LocalNode]:
     """`label` (a few letters) names the run dir and prefixes the namespaces."""
+    await asyncio.to_thread(built_images)
     tag = secrets.token_hex(3)
     node = local_node(
         data_dir=data_dir,
-        cache_dir=Path(os.environ.get("SPACE_CACHE_DIR", "/var/cache/space")),
+        cache_dir=CACHE_DIR,
         accel=os.environ.get("SPACE_ACCEL", "tcg"),
         run_dir=Path(f"/run/space-{label}-{tag}"),
         net_prefix=f"{label}{tag}",

@@ -31,6 +31,7 @@ from space.sdk import SpaceError, TransportError
 if TYPE_CHECKING:
     from space.control.leader import Fence
     from space.node.local import LocalNode
+    from space.node.metrics import NodeMetrics
     from space.node.network.egress import EgressConfig
     from space.node.templates import Progress
     from space.node.vmm.jail import JailConfig
@@ -100,9 +101,8 @@ async def _serve_with_node(settings: Settings) -> None:
     )
     with _signals_after_cleanup():
         try:
-            app = create_app(
-                settings, node, db=db, metrics_from=[node.egress.gateway.metrics.registry]
-            )
+            registries = [node.egress.gateway.metrics.registry, node.metrics.registry]
+            app = create_app(settings, node, db=db, metrics_from=registries)
             _announce(settings)
             await _uvicorn(app, settings)
         finally:
@@ -216,14 +216,17 @@ def local_node(
         console_log_bytes=console_log_bytes,
     )
     templates = TemplateCatalog(cache_dir, progress)
-    provisioning = Provisioning(host, templates, base_snapshots=base_snapshots)
+    metrics = NodeMetrics(lambda: [*host.sandboxes.values(), *warm.entries()])
+    provisioning = Provisioning(host, templates, metrics, base_snapshots=base_snapshots)
+    warm = WarmPools(warm_pools or {}, provisioning.fill_warm)
     return LocalNode(
         host=host,
         templates=templates,
         provisioning=provisioning,
         recovery=Recovery(host, recovery or RecoveryConfig()),
-        agent_ops=AgentOps(host),
-        warm_pools=WarmPools(warm_pools or {}, provisioning.fill_warm),
+        agent_ops=AgentOps(host, metrics),
+        warm_pools=warm,
+        metrics=metrics,
     )
 
 

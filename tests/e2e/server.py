@@ -29,6 +29,7 @@ import httpx
 
 from space.node.vmm.jail import JailConfig, Jailer
 from tests.pg import PgDatabase
+from tests.throwaway import built_images
 
 HEALTH_TIMEOUT = 600.0  # a cold cache builds the guest images first
 CREATE_TIMEOUT = 600.0
@@ -123,6 +124,7 @@ class SpaceServer:
 
     def spawn(self, faults: str = "") -> None:
         """Start `space up` without waiting for it."""
+        built_images()  # so parallel workers' servers find the images cached, not race to build
         argv = [space_binary(), "up", "--port", str(self.port), "--data-dir", str(self.data_dir)]
         env = {**self.env, "SPACE_FAULTS": faults} if faults else self.env
         with self.log.open("ab") as log:

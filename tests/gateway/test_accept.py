@@ -186,7 +186,8 @@ def test_refusal_reasons_are_the_only_labels() -> None:
     metrics = GatewayMetrics()
     for reason in Refusal:
         metrics.refused_query(reason)
-    names = {s.labels["reason"] for m in metrics.registry.collect() for s in m.samples}
+    refused = [m for m in metrics.registry.collect() if m.name.startswith("space_gateway_refused")]
+    names = {s.labels["reason"] for m in refused for s in m.samples}
     assert names == {"rate", "sandbox_limit", "node_limit"}
 
 

@@ -31,7 +31,13 @@ import pytest
 
 from tests.e2e.server import SpaceServer
 
-pytestmark = [pytest.mark.hardening, pytest.mark.vm, pytest.mark.netns, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.hardening,
+    pytest.mark.vm,
+    pytest.mark.netns,
+    pytest.mark.serial,  # p50s against a baseline: nothing else may run beside it
+    pytest.mark.timeout(900),
+]
 
 MIB = 1 << 20
 FLOOD_SECONDS = 40.0

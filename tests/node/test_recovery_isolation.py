@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from space.config import RecoveryConfig
 from space.node.records import SandboxRecord
 from space.node.recovery import Recovery
 from space.node.sandbox import Sandbox
@@ -38,7 +39,7 @@ class _Sweeping(Recovery):
     """Adopting `sbbad` fails like a VMM error."""
 
     def __init__(self, host: _Host) -> None:
-        super().__init__(host)  # type: ignore[arg-type]
+        super().__init__(host, RecoveryConfig())  # type: ignore[arg-type]
         self.adopted: list[str] = []
         self.kept: set[str] = set()
 

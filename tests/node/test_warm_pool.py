@@ -33,6 +33,7 @@ async def _wait_full(node: LocalNode) -> None:
             await asyncio.sleep(0.2)
 
 
+@pytest.mark.serial  # fifty VMs at once take the whole machine
 async def test_fifty_concurrent_creates_get_fifty_distinct_vms_and_the_pool_refills(
     pooled_node: LocalNode,
 ) -> None:

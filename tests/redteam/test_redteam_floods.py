@@ -34,6 +34,7 @@ pytestmark = [
     pytest.mark.redteam,
     pytest.mark.netns,
     pytest.mark.vm,
+    pytest.mark.serial,  # p50s against a baseline: nothing else may run beside it
     pytest.mark.asyncio(loop_scope="session"),
 ]
 

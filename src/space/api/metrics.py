@@ -6,6 +6,9 @@ explode cardinality; `unmatched` for no route), the method from a fixed set
 (`other` for anything else a client makes up) and the status code.
 `space_sandboxes{state}` is read from the database at scrape time;
 `process_open_fds` / `process_max_fds` show the file-descriptor budget.
+`space up` adds the node's registry (`space.node.metrics`: create/exec/restore/
+suspend histograms, memory) and the gateway's (`space.gateway.metrics`: decisions and
+refusals); deploy/grafana/space.json charts them all.
 """
 
 from __future__ import annotations

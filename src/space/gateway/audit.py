@@ -11,6 +11,7 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 log = logging.getLogger("space.gateway.audit")
@@ -35,11 +36,15 @@ class AuditRecord:
 
 
 class AuditLog:
-    def __init__(self, size: int = RING) -> None:
+    def __init__(self, size: int = RING, counted: Callable[[str, str], None] | None = None) -> None:
+        """`counted(kind, decision)` is told of every record (the gateway's metrics)."""
         self.records: deque[AuditRecord] = deque(maxlen=size)
+        self._counted = counted
 
     def write(self, record: AuditRecord) -> None:
         self.records.append(record)
+        if self._counted is not None:
+            self._counted(record.kind, record.decision)
         log.info("%s", json.dumps(asdict(record), separators=(",", ":")))
 
     def for_sandbox(self, sandbox_id: str) -> list[AuditRecord]:

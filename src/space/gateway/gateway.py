@@ -79,7 +79,7 @@ class Gateway:
         self.ceiling = ceiling
         self.limits = limits = limits or GatewayLimits()
         self.metrics = GatewayMetrics(registry)
-        self.audit = AuditLog()
+        self.audit = AuditLog(counted=self.metrics.decided)
         self._node = NodeQuotas.of(limits)
         self._listen = listen_address
         self._sockets = NetnsSockets()

@@ -3,8 +3,10 @@
 `space_gateway_refused_connections_total{listener,reason}` counts guest connections
 reset at accept, `space_gateway_refused_dns_queries_total{reason}` DNS questions
 dropped, `space_gateway_refused_upstreams_total{reason}` upstream connections not
-made. Labels are bounded (`Refusal` values and the three TCP listener names); no sandbox
-id is ever a label. `registry` can be handed to an exporter.
+made. `space_gateway_decisions_total{kind,decision}` counts every policy decision the
+audit log records (`kind`: tls, http, dns; `decision`: allow, deny). Labels are
+bounded (`Refusal` values, the three TCP listener names, the audit kinds); no sandbox
+id, host or reason text is ever a label. `registry` can be handed to an exporter.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from prometheus_client import CollectorRegistry, Counter
 from space.gateway.limits import Refusal
 
 LISTENERS = ("dns", "http", "https")
+DECISION_KINDS = ("tls", "http", "dns")
+DECISIONS = ("allow", "deny")
 
 
 class GatewayMetrics:
@@ -37,6 +41,15 @@ class GatewayMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self._decisions = Counter(
+            "space_gateway_decisions",
+            "Policy decisions on guest TLS handshakes, HTTP requests and DNS questions",
+            ["kind", "decision"],
+            registry=self.registry,
+        )
+        for kind in DECISION_KINDS:  # every series exists from the start, at zero
+            for decision in DECISIONS:
+                self._decisions.labels(kind, decision)
         # Children resolved once, so the hot path is one dict lookup and an add.
         self._connections = {
             (listener, reason): connections.labels(listener, reason.value)
@@ -54,6 +67,10 @@ class GatewayMetrics:
 
     def refused_upstream(self, reason: Refusal) -> None:
         self._upstreams[reason].inc()
+
+    def decided(self, kind: str, decision: str) -> None:
+        """One audited decision (`kind` and `decision` are code constants, never input)."""
+        self._decisions.labels(kind, decision).inc()
 
     def value(self, name: str, **labels: str) -> float:
         """A counter's current value (for tests and `space doctor`-style reports)."""

@@ -10,12 +10,14 @@ sandbox's `AgentClient` on the host and turns the agent's file errors into the
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import aclosing
 
 from space.node.agent import AgentClient, AgentOperationError, AgentProcess, Watch
 from space.node.fileerrors import as_oserror
 from space.node.host import NodeHost
+from space.node.metrics import NodeMetrics
 from space.seam.values import ExecRequest, ExecResult, FileInfo, ProcessInfo, WatchEvent
 
 
@@ -43,12 +45,16 @@ class OsErrorWatch:
 
 
 class AgentOps:
-    def __init__(self, host: NodeHost) -> None:
+    def __init__(self, host: NodeHost, metrics: NodeMetrics) -> None:
         self._host = host
+        self._metrics = metrics
 
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+        started = time.perf_counter()
         with as_oserror(request.cwd or (request.args or ("",))[0]):  # a refused start
-            return await self._agent(sandbox_id).exec(self._with_env(sandbox_id, request))
+            result = await self._agent(sandbox_id).exec(self._with_env(sandbox_id, request))
+        self._metrics.executed(started)
+        return result
 
     async def start_command(self, sandbox_id: str, request: ExecRequest) -> AgentProcess:
         with as_oserror(request.cwd or (request.args or ("",))[0]):

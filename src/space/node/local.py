@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import shutil
+import time
 from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +27,7 @@ from space.node.agent import AgentClient, AgentProcess
 from space.node.agentops import AgentOps, OsErrorWatch
 from space.node.catalog import TemplateCatalog
 from space.node.host import NodeHost
+from space.node.metrics import NodeMetrics
 from space.node.network.egress import Egress
 from space.node.provision import WARM_MEMORY_MIB, WARM_VCPUS, Provisioning
 from space.node.records import check_sandbox_id
@@ -61,6 +63,7 @@ class LocalNode:
         recovery: Recovery,
         agent_ops: AgentOps,
         warm_pools: WarmPools,
+        metrics: NodeMetrics,
     ) -> None:
         self._host = host
         self._templates = templates
@@ -69,6 +72,7 @@ class LocalNode:
         self._ops = agent_ops
         self._warm = warm_pools
         self._warm_task: asyncio.Task[None] | None = None
+        self.metrics = metrics
 
     @property
     def egress(self) -> Egress:
@@ -134,10 +138,13 @@ class LocalNode:
         check_sandbox_id(spec.sandbox_id)
         if spec.sandbox_id in self._host.sandboxes:
             return self._host.sandboxes[spec.sandbox_id].observation()
+        started = time.perf_counter()
         image = await self._templates.image(spec.template)
         warm = self._warm.claim(spec.template) if _pool_sized(spec) else None
         if warm is not None:
-            return await self._provisioning.claim(warm, spec)
+            claimed = await self._provisioning.claim(warm, spec)
+            self.metrics.created("warm", started)
+            return claimed
         return await self._provisioning.create(spec, image)
 
     async def destroy_sandbox(self, sandbox_id: str) -> None:
@@ -178,6 +185,7 @@ class LocalNode:
         sandbox = self.sandbox(sandbox_id)
         if sandbox.state not in ("running", "paused"):
             raise SandboxUnavailable(sandbox_id, sandbox.state, "only a live sandbox suspends")
+        started = time.perf_counter()
         snapshotter, vm = self._host.ready_snapshotter(), _vm(sandbox)
         try:
             await snapshotter.capture(vm, sandbox.record.slot, {"sandbox_id": sandbox_id})
@@ -193,6 +201,7 @@ class LocalNode:
         shutil.rmtree(self._host.run_dir / sandbox.record.slot, ignore_errors=True)
         snapshotter.store.prune(sandbox.record.slot)
         sandbox.state, sandbox.reason = "suspended", None
+        self.metrics.suspended(started)
 
     async def _recover_from_failed_suspend(self, sandbox: Sandbox, vm: VmHandle) -> None:
         """Keep the sandbox at its last good state: live again, or its previous snapshot."""
@@ -219,10 +228,12 @@ class LocalNode:
         snapshot = self._host.ready_snapshotter().store.latest(sandbox.record.slot)
         if snapshot is None:
             raise SnapshotMissing(sandbox_id)
+        started = time.perf_counter()
         network = await asyncio.to_thread(self._host.net.create, sandbox.record.slot)
         await self._provisioning.restore(sandbox, network, snapshot)
         await self._host.rejoin_gateway(sandbox)
         self._host.save(sandbox, sandbox.record.with_power())
+        self.metrics.restored(started)
 
     async def set_network_policy(self, sandbox_id: str, policy: dict[str, Any] | None) -> None:
         sandbox = self.sandbox(sandbox_id)

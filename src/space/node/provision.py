@@ -14,11 +14,13 @@ import dataclasses
 import logging
 import secrets
 import shutil
+import time
 from pathlib import Path
 
 from space.node.agent import AgentClient, AgentError
 from space.node.catalog import TemplateCatalog
 from space.node.host import NodeHost
+from space.node.metrics import NodeMetrics
 from space.node.network.netns import SandboxNetwork
 from space.node.records import SandboxRecord
 from space.node.sandbox import AGENT_TIMEOUT, Sandbox
@@ -35,16 +37,22 @@ WARM_VCPUS = 1
 
 class Provisioning:
     def __init__(
-        self, host: NodeHost, templates: TemplateCatalog, *, base_snapshots: bool = True
+        self,
+        host: NodeHost,
+        templates: TemplateCatalog,
+        metrics: NodeMetrics,
+        *,
+        base_snapshots: bool = True,
     ) -> None:
         self._host = host
+        self._metrics = metrics
         self._templates = templates
         self._use_bases = base_snapshots
         self._bases_lock = asyncio.Lock()
 
     async def create(self, spec: SandboxSpec, image: TemplateImage) -> SandboxObservation:
         """A new VM for `spec`: restored from the base snapshot, or booted cold."""
-        host = self._host
+        host, started = self._host, time.perf_counter()
         record = SandboxRecord(
             spec.sandbox_id,
             spec.template,
@@ -73,6 +81,7 @@ class Provisioning:
             sandbox.state, sandbox.reason = "error", f"create failed: {exc}"
             await host.destroy(spec.sandbox_id)
             raise
+        self._metrics.created("cold" if base is None else "restore", started)
         return sandbox.observation()
 
     async def _boot(self, sandbox: Sandbox, network: SandboxNetwork) -> None:

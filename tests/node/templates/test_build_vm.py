@@ -16,6 +16,7 @@ from space.node.templates import GuestArtifacts, TemplateImage, build_all
 from space.node.templates.ext4 import make_ext4, read_label
 from space.node.templates.progress import ProgressEvent
 from space.node.vmm.accel import guest_kernel_args
+from tests.throwaway import built_images
 
 pytestmark = [
     pytest.mark.vm,
@@ -28,7 +29,7 @@ Built = tuple[GuestArtifacts, dict[str, TemplateImage]]
 
 @pytest.fixture(scope="module")
 def built(cache_dir: Path) -> Built:
-    return build_all(cache_dir, progress=lambda event: None)
+    return built_images(cache_dir)
 
 
 def test_artifacts_exist_and_have_the_right_shape(built: Built) -> None:
@@ -48,6 +49,7 @@ def test_busybox_template_has_a_shell_and_no_python(built: Built) -> None:
     assert "python" not in _debugfs(rootfs, "ls /usr/bin")
 
 
+@pytest.mark.serial  # a time bound: not beside other tests
 def test_second_build_is_a_fast_cache_hit(cache_dir: Path, built: Built) -> None:
     events: list[ProgressEvent] = []
     started = time.monotonic()
