@@ -31,7 +31,6 @@ from space.sdk import SpaceError, TransportError
 if TYPE_CHECKING:
     from space.control.leader import Fence
     from space.node.local import LocalNode
-    from space.node.metrics import NodeMetrics
     from space.node.network.egress import EgressConfig
     from space.node.templates import Progress
     from space.node.vmm.jail import JailConfig
@@ -195,6 +194,7 @@ def local_node(
     from space.node.catalog import TemplateCatalog
     from space.node.host import NodeHost
     from space.node.local import LocalNode
+    from space.node.metrics import NodeMetrics
     from space.node.network.egress import Egress
     from space.node.network.netns import NetworkManager
     from space.node.provision import Provisioning
