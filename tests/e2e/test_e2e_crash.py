@@ -11,36 +11,19 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.crash.probe import sh, wait_for
 from tests.e2e.conftest import ServerFactory
 from tests.e2e.server import SpaceServer
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns, pytest.mark.timeout(900)]
 
 HOLDS_VM = {"running", "paused"}
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while (value := check()) is None or value is False:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-    return value
-
-
-def sh(http: httpx.Client, sandbox_id: str, cmd: str) -> str:
-    response = http.post(f"/v1/sandboxes/{sandbox_id}/exec", json={"cmd": cmd})
-    assert response.status_code == 200, response.text
-    body = response.json()
-    assert body["exit_code"] == 0, body
-    return str(body["stdout"])
 
 
 def rows(http: httpx.Client) -> dict[str, dict[str, Any]]:
