@@ -7,10 +7,12 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-from playwright.sync_api import BrowserContext
+from playwright.sync_api import BrowserContext, expect
 
+from space.seam.values import EgressRecord
 from tests.conftest import ServerThread
 from tests.console.conftest import Shots, login
+from tests.control.fakes import FakeNode
 
 pytestmark = pytest.mark.console
 
@@ -48,3 +50,34 @@ def test_metadata_markup_is_shown_escaped(
     assert page.locator("main script, main img").count() == 0
     assert page.evaluate("window.pwned") is None
     shots.take(page, "sandbox-escaped")
+
+
+def test_egress_records_are_shown_escaped_newest_first(
+    server: ServerThread,
+    make_key: Callable[..., str],
+    fake_node: FakeNode,
+    browser: BrowserContext,
+    shots: Shots,
+) -> None:
+    key = make_key("acme")
+    created = httpx.post(
+        f"{server.url}/v1/sandboxes",
+        json={},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    assert created.status_code == 201, created.text
+    sandbox_id = created.json()["id"]
+    fake_node.egress[sandbox_id] = [
+        EgressRecord(1.0, "dns", "allow", "allowed name", 1, host="old.example"),
+        EgressRecord(2.0, "http", "deny", "not in policy", 1, host=HOSTILE, method="GET"),
+    ]
+    page = browser.new_page()
+    login(page, server.url, key)
+    page.goto(f"{server.url}/console/audit?sandbox={sandbox_id}")
+    hosts = page.locator("#audit tbody tr .host")
+    expect(hosts).to_have_count(2)
+    assert hosts.all_inner_texts() == [HOSTILE, "old.example"]
+    assert page.locator("#audit script, #audit img").count() == 0
+    assert page.evaluate("window.pwned") is None
+    shots.take(page, "audit-escaped")

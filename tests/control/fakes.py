@@ -25,6 +25,7 @@ from typing import Literal
 
 from space.seam.errors import SandboxNotFound
 from space.seam.values import (
+    EgressRecord,
     ExecRequest,
     ExecResult,
     FileInfo,
@@ -133,10 +134,15 @@ class FakeNode:
     watches: list[tuple[tuple[str, str, bool], asyncio.Queue[WatchEvent]]] = field(
         default_factory=list
     )
+    egress: dict[str, list[EgressRecord]] = field(default_factory=dict)  # oldest first
 
     async def set_network_policy(self, sandbox_id: str, policy: dict[str, object] | None) -> None:
         self._require(sandbox_id)
         self.policies[sandbox_id] = policy
+
+    async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
+        self._require(sandbox_id)
+        return list(reversed(self.egress.get(sandbox_id, [])[-limit:])) if limit > 0 else []
 
     def warm_pool_stats(self) -> list[WarmPoolStats]:
         return [WarmPoolStats("base", 2, 1, self.warm_hits, 0)]

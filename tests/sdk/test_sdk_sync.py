@@ -146,7 +146,7 @@ def test_stream_reconnects_with_last_event_id(env: str) -> None:
 
 def test_pty_command_resize_and_attach(env: str) -> None:
     with Sandbox.create() as sandbox:
-        command = sandbox.start("emit 1 0.2", pty=(24, 80))
+        command = sandbox.start("emit 1 2", pty=(24, 80))  # 2 s: time to resize
         command.resize(30, 100)
         attached = sandbox.command(command.id)  # as `space logs` finds it
         assert [e.data for e in attached.events(idle=5) if e.kind == "stdout"] == [b"line 0\n"]

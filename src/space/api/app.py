@@ -14,7 +14,7 @@ from space.api.errors import install_error_handlers
 from space.api.limits import RequestLimits
 from space.api.metrics import Metrics, MetricsMiddleware
 from space.api.process_registry import ProcessRegistry
-from space.api.routes import commands, files, keys, pty, sandboxes, system
+from space.api.routes import commands, egress, files, keys, pty, sandboxes, system
 from space.api.routes import lifecycle as power
 from space.api.sandbox_service import SandboxService
 from space.api.state import AppState
@@ -71,7 +71,7 @@ def create_app(
     app.state.space = AppState(settings, db, node, lifecycle, service, registry, activity)
     app.state.metrics = metrics
     install_error_handlers(app)
-    for module in (sandboxes, commands, files, power, keys, pty, system, console):
+    for module in (sandboxes, commands, files, power, egress, keys, pty, system, console):
         app.include_router(module.router)
     e2b.install(app, e2b_front)
     app.add_middleware(

@@ -73,13 +73,18 @@ class ProcessConfig:
     args: list[str]
     envs: dict[str, str]
     cwd: str | None
+    shell: str | None = None  # a `/v1` `cmd` as the caller gave it (run by `/bin/sh -c`)
 
     @classmethod
     def of(cls, request: ExecRequest) -> ProcessConfig:
         """`cmd` runs as `/bin/sh -c cmd`, `args` directly."""
         shell = ["/bin/sh", "-c", request.cmd] if request.cmd is not None else None
         argv = shell or list(request.args or ())
-        return cls(argv[0] if argv else "", argv[1:], dict(request.env), request.cwd)
+        return cls(argv[0] if argv else "", argv[1:], dict(request.env), request.cwd, request.cmd)
+
+    def stored(self) -> dict[str, Any]:
+        """The `commands` row's argv: what the caller asked for (`cmd` or `args`)."""
+        return {"cmd": self.shell} if self.shell is not None else {"args": [self.cmd, *self.args]}
 
 
 @dataclass
@@ -264,8 +269,7 @@ class ProcessRegistry:
     # -- internals -----------------------------------------------------------------
 
     def _reserve(self, sandbox_id: str, org_id: str, config: ProcessConfig) -> str:
-        argv: dict[str, Any] = {"args": [config.cmd, *config.args]}
-        return reserve_command(self._db, self._quotas, org_id, sandbox_id, argv)
+        return reserve_command(self._db, self._quotas, org_id, sandbox_id, config.stored())
 
     def _register(self, live: LiveProcess) -> None:
         self._by_pid[(live.sandbox_id, live.pid)] = live

@@ -38,6 +38,7 @@ from space.node.warm import WarmPools
 from space.seam.errors import SandboxUnavailable, SnapshotMissing
 from space.seam.protocol import CommandHandle
 from space.seam.values import (
+    EgressRecord,
     ExecRequest,
     ExecResult,
     FileInfo,
@@ -239,6 +240,10 @@ class LocalNode:
         sandbox = self.sandbox(sandbox_id)
         await self._host.egress.set_policy(sandbox.record.slot, policy)
         self._host.save(sandbox, dataclasses.replace(sandbox.record, network=policy))
+
+    async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
+        self.sandbox(sandbox_id)  # SandboxNotFound if this node does not hold it
+        return self._host.egress.audit(sandbox_id, limit)
 
     async def templates(self) -> list[str]:
         """Names of the templates this node can run."""

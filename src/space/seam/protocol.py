@@ -11,6 +11,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, Protocol
 
 from space.seam.values import (
+    EgressRecord,
     ExecRequest,
     ExecResult,
     FileInfo,
@@ -79,6 +80,11 @@ class NodeClient(Protocol):
 
     async def set_network_policy(self, sandbox_id: str, policy: dict[str, Any] | None) -> None:
         """Apply a new egress policy version to a running sandbox (open connections too)."""
+        ...
+
+    async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
+        """The sandbox's newest `limit` egress decisions, newest first (the node keeps a
+        bounded ring of them)."""
         ...
 
     # -- file system and processes beyond whole-file I/O (the E2B front uses these) --

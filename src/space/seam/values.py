@@ -35,6 +35,25 @@ class SandboxObservation:
 
 
 @dataclass(frozen=True)
+class EgressRecord:
+    """One decision of a sandbox's egress gateway (a DNS question, TLS handshake or
+    request): never a query string, body or header value."""
+
+    at: float  # Unix time
+    kind: str  # "dns", "tls", "http", "policy"
+    decision: str  # "allow" or "deny"
+    reason: str
+    policy_version: int
+    host: str | None = None
+    sni: str | None = None
+    address: str | None = None
+    method: str | None = None
+    path: str | None = None
+    rule: str | None = None
+    status: int | None = None
+
+
+@dataclass(frozen=True)
 class WarmPoolStats:
     template: str
     target: int

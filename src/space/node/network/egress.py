@@ -3,7 +3,8 @@
 `attach` applies the namespace's nftables and registers the namespace with the
 gateway under the sandbox's slot; `trust` installs that sandbox's CA certificate in
 the guest (the key never leaves the host); `set_policy` applies a new policy version
-to a running sandbox; `detach` closes the gateway's side. Host resources die with
+to a running sandbox; `detach` closes the gateway's side; `audit` reads a sandbox's
+newest decisions back from the gateway's bounded ring. Host resources die with
 the namespace, so the startup sweep needs nothing extra.
 
 The operator ceiling (`space.gateway.ceiling`) is rebuilt from the host while the
@@ -23,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from space.gateway import Gateway, Policy, UnknownSandbox
+from space.gateway.audit import AuditRecord
 from space.gateway.ceiling import Ceiling, IPAddress, IPNetwork
 from space.gateway.limits import GatewayLimits
 from space.node.agent import AgentClient
 from space.node.network import fence, firewall, hostaddrs
 from space.node.network.netns import NetworkError, SandboxNetwork
-from space.seam.values import ExecRequest
+from space.seam.values import EgressRecord, ExecRequest
 from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
@@ -148,6 +150,11 @@ class Egress:
     async def set_policy(self, slot: str, policy: Mapping[str, Any] | None) -> Policy:
         return self.gateway.set_policy(slot, policy)
 
+    def audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
+        """The sandbox's newest `limit` decisions, newest first."""
+        records = self.gateway.audit.for_sandbox(sandbox_id)
+        return [_egress_record(r) for r in reversed(records[-limit:])] if limit > 0 else []
+
     async def detach(self, slot: str) -> None:
         await self.gateway.unregister(slot)
         await self._sync_fence()
@@ -212,3 +219,20 @@ def _system_resolver(path: Path = Path("/etc/resolv.conf")) -> str:
     except OSError:
         pass
     return "127.0.0.1"
+
+
+def _egress_record(record: AuditRecord) -> EgressRecord:
+    return EgressRecord(
+        at=record.at,
+        kind=record.kind,
+        decision=record.decision,
+        reason=record.reason,
+        policy_version=record.policy_version,
+        host=record.host,
+        sni=record.sni,
+        address=record.address,
+        method=record.method,
+        path=record.path,
+        rule=record.rule,
+        status=record.status,
+    )
