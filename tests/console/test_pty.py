@@ -194,7 +194,7 @@ def test_a_lost_process_closes_with_1011(
     server: ServerThread, sandbox: str, acme: str, fake_node: FakeNode
 ) -> None:
     async def start_lost(*_args: object, **_kwargs: object) -> FakeCommand:
-        return LostOutput("cat")
+        return LostOutput("cat", pid=1)
 
     fake_node.start_process = start_lost  # type: ignore[method-assign]
     client = open_pty(server, sandbox, acme)

@@ -52,47 +52,56 @@ class AgentOps:
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
         started = time.perf_counter()
         with as_oserror(request.cwd or (request.args or ("",))[0]):  # a refused start
-            result = await self._agent(sandbox_id).exec(self._with_env(sandbox_id, request))
+            agent = await self._agent(sandbox_id)
+            result = await agent.exec(self._with_env(sandbox_id, request))
         self._metrics.executed(started)
         return result
 
     async def start_command(self, sandbox_id: str, request: ExecRequest) -> AgentProcess:
         with as_oserror(request.cwd or (request.args or ("",))[0]):
-            return await self._agent(sandbox_id).start(self._with_env(sandbox_id, request))
+            agent = await self._agent(sandbox_id)
+            return await agent.start(self._with_env(sandbox_id, request))
 
     async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         with as_oserror(path):
-            async with aclosing(self._agent(sandbox_id).read_file(path)) as chunks:
+            agent = await self._agent(sandbox_id)
+            async with aclosing(agent.read_file(path)) as chunks:
                 async for chunk in chunks:
                     yield chunk
 
     async def write_file(self, sandbox_id: str, path: str, chunks: AsyncIterable[bytes]) -> int:
         with as_oserror(path):
-            return await self._agent(sandbox_id).write_file(path, chunks)
+            agent = await self._agent(sandbox_id)
+            return await agent.write_file(path, chunks)
 
     async def stat(self, sandbox_id: str, path: str) -> FileInfo:
         with as_oserror(path):
-            return await self._agent(sandbox_id).stat(path)
+            agent = await self._agent(sandbox_id)
+            return await agent.stat(path)
 
     async def list_dir(self, sandbox_id: str, path: str, depth: int = 1) -> list[FileInfo]:
         with as_oserror(path):
-            return await self._agent(sandbox_id).list_dir(path, depth)
+            agent = await self._agent(sandbox_id)
+            return await agent.list_dir(path, depth)
 
     async def make_dir(self, sandbox_id: str, path: str) -> bool:
         """Create `path` and its parents; False if it already was a directory."""
         with as_oserror(path):
-            return await self._agent(sandbox_id).make_dir(path)
+            agent = await self._agent(sandbox_id)
+            return await agent.make_dir(path)
 
     async def move(self, sandbox_id: str, src: str, dst: str) -> None:
         with as_oserror(src):
-            await self._agent(sandbox_id).move(src, dst)
+            agent = await self._agent(sandbox_id)
+            await agent.move(src, dst)
 
     async def remove(self, sandbox_id: str, path: str) -> None:
         with as_oserror(path):
-            await self._agent(sandbox_id).remove(path)
+            agent = await self._agent(sandbox_id)
+            await agent.remove(path)
 
     def watch(self, sandbox_id: str, path: str, recursive: bool = False) -> OsErrorWatch:
-        return OsErrorWatch(self._agent(sandbox_id).watch(path, recursive), path)
+        return OsErrorWatch(self._host.agent(sandbox_id).watch(path, recursive), path)
 
     async def start_process(
         self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool
@@ -101,22 +110,25 @@ class AgentOps:
         its stdin is /dev/null, otherwise it stays open for `write_stdin`. A refusal
         (no such user, program or cwd) is an `OSError`."""
         with as_oserror(request.cwd or (request.args or ("",))[0]):
-            return await self._agent(sandbox_id).start(request, user=user, stdin=stdin)
+            agent = await self._agent(sandbox_id)
+            return await agent.start(request, user=user, stdin=stdin)
 
     async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
-        return await self._agent(sandbox_id).processes()
+        agent = await self._agent(sandbox_id)
+        return await agent.processes()
 
     async def attach(self, sandbox_id: str, pid: int) -> AgentProcess:
         """Follow a process started earlier; ProcessLookupError if the agent has none."""
         try:
-            return await self._agent(sandbox_id).attach(pid)
+            agent = await self._agent(sandbox_id)
+            return await agent.attach(pid)
         except AgentOperationError as exc:
             if exc.code == "not_found":
                 raise ProcessLookupError(pid, exc.message) from exc
             raise
 
-    def _agent(self, sandbox_id: str) -> AgentClient:
-        return self._host.agent(sandbox_id)
+    async def _agent(self, sandbox_id: str) -> AgentClient:
+        return await self._host.live_agent(sandbox_id)
 
     def _with_env(self, sandbox_id: str, request: ExecRequest) -> ExecRequest:
         env = self._host.sandbox(sandbox_id).record.env

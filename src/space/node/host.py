@@ -32,6 +32,9 @@ from space.seam.errors import SandboxNotFound, SandboxUnavailable
 DriverMaker = Callable[[], VmmDriver]
 
 
+ADOPTION_WAIT = 60.0  # a request to an adopted sandbox waits this long for its agent
+
+
 class NodeHost:
     def __init__(
         self,
@@ -162,6 +165,16 @@ class NodeHost:
         if sandbox.state != "running" or sandbox.agent is None:
             raise SandboxUnavailable(sandbox_id, sandbox.state, sandbox.reason)
         return sandbox
+
+    async def live(self, sandbox_id: str) -> Sandbox:
+        """`running`, after waiting (bounded) for an adoption handshake in progress."""
+        await self.sandbox(sandbox_id).adopted(ADOPTION_WAIT)
+        return self.running(sandbox_id)
+
+    async def live_agent(self, sandbox_id: str) -> AgentClient:
+        """`agent`, after waiting (bounded) for an adoption handshake in progress."""
+        await self.live(sandbox_id)
+        return self.agent(sandbox_id)
 
     def agent(self, sandbox_id: str) -> AgentClient:
         """The agent of a running sandbox."""

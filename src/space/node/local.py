@@ -26,7 +26,7 @@ from space import faults
 from space.node.agent import AgentClient, AgentProcess
 from space.node.agentops import AgentOps, OsErrorWatch
 from space.node.catalog import TemplateCatalog
-from space.node.host import NodeHost
+from space.node.host import ADOPTION_WAIT, NodeHost
 from space.node.metrics import NodeMetrics
 from space.node.network.egress import Egress
 from space.node.provision import WARM_MEMORY_MIB, WARM_VCPUS, Provisioning
@@ -155,7 +155,7 @@ class LocalNode:
         return [sandbox.observation() for sandbox in self._host.sandboxes.values()]
 
     async def pause_sandbox(self, sandbox_id: str) -> None:
-        sandbox = self._host.running(sandbox_id)
+        sandbox = await self._host.live(sandbox_id)
         agent = self._host.agent(sandbox_id)
         agent.hold_keepalive()  # a paused guest cannot answer pings
         try:
@@ -184,6 +184,7 @@ class LocalNode:
     async def suspend_sandbox(self, sandbox_id: str) -> None:
         """Snapshot memory, devices and disk (sealed, fsynced), then end the VM."""
         sandbox = self.sandbox(sandbox_id)
+        await sandbox.adopted(ADOPTION_WAIT)
         if sandbox.state not in ("running", "paused"):
             raise SandboxUnavailable(sandbox_id, sandbox.state, "only a live sandbox suspends")
         started = time.perf_counter()

@@ -117,7 +117,7 @@ class Recovery:
                     attempt = min(attempt * 2, left - pause)
                     pause = min(pause * 2, settings.backoff_max)
 
-        spawn(handshake(), name=f"adopt-{record.sandbox_id}")
+        sandbox.adoption = spawn(handshake(), name=f"adopt-{record.sandbox_id}")
 
     async def _remove_orphans(self, known: set[str]) -> None:
         driver = self._host.ready_driver()

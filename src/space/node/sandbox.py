@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -28,6 +29,7 @@ class Sandbox:
     state: ObservedState = "creating"
     reason: str | None = None
     stopping: bool = False
+    adoption: asyncio.Task[None] | None = field(default=None, repr=False)
     _watcher: asyncio.Task[None] | None = field(default=None, repr=False)
     _console: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -59,6 +61,14 @@ class Sandbox:
         log.error("sandbox %s: %s", self.sandbox_id, self.reason)
         if self.agent is not None:
             await self.agent.close()
+
+    async def adopted(self, timeout: float) -> None:
+        """Wait up to `timeout` for the agent handshake of a VM adopted at startup, so
+        a request racing a restart is served instead of refused while it runs."""
+        task = self.adoption
+        if task is not None and not task.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), timeout)
 
     async def connect_agent(self, timeout: float = AGENT_TIMEOUT) -> AgentClient:
         assert self.vm is not None
