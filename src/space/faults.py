@@ -9,7 +9,8 @@ clones) marks a step once for every operation that passes through it. A point
 whose name already holds a dot (`timeout.before_commit`) is matched as written.
 
 - `kill`: SIGKILL this process at that point, as a crash would.
-- `fail`: raise `FaultInjected` there, as a failing step would.
+- `fail`: raise `FaultInjected` there the first time it is reached, as a step
+  failing once would (a retry of the operation then passes it).
 
 Without the variable every point is a no-op. The variable is read and checked once,
 on the first point reached; a malformed value raises `ValueError` there.
@@ -31,6 +32,9 @@ Action = Literal["kill", "fail"]
 _operation: contextvars.ContextVar[tuple[str, str | None] | None] = contextvars.ContextVar(
     "space_fault_operation", default=None
 )
+
+
+_failed: set[str] = set()  # the `fail` entries that have fired
 
 
 class FaultInjected(RuntimeError):
@@ -73,8 +77,10 @@ def point(step: str) -> None:
     current = _operation.get()
     name = step if "." in step or current is None else f"{current[0]}.{step}"
     sandbox_id = current[1] if current is not None else None
-    action = plan.get(f"{name}@{sandbox_id}") or plan.get(name)
+    entry = f"{name}@{sandbox_id}" if f"{name}@{sandbox_id}" in plan else name
+    action = plan.get(entry)
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    elif action == "fail":
+    elif action == "fail" and entry not in _failed:
+        _failed.add(entry)
         raise FaultInjected(f"fault injected at {name}")

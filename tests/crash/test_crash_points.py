@@ -15,6 +15,7 @@ are checked the same way at the end.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -98,7 +99,7 @@ def test_kill_9_at_every_point(
     server.start()
     with server.client() as http:
         survivors: dict[str, Probe | None] = {server.create(http, TEMPLATE): None}  # + base
-        probes = [_prepared(server, http, operation) for _ in points]
+        probes = [prepared(server, http, operation) for _ in points]
     crashed: str | None = None
     previous: Probe | None = None
     for point, probe in zip(points, probes, strict=True):
@@ -125,7 +126,7 @@ def test_kill_9_at_every_point(
             _check_usable(http, sandbox_id, kept)
 
 
-def _prepared(server: SpaceServer, http: httpx.Client, operation: Operation) -> Probe | None:
+def prepared(server: SpaceServer, http: httpx.Client, operation: Operation) -> Probe | None:
     """A sandbox in the state `operation` starts from, planted (None for create)."""
     if operation.before is None:
         return None
@@ -143,7 +144,7 @@ def _crash(server: SpaceServer, operation: Operation, step: str, probe: Probe | 
     before = set(states_now(server))
     try:
         with server.client(timeout=DIE_TIMEOUT) as http:
-            _start_operation(http, operation.name, probe)
+            start_operation(http, operation.name, probe)
     except httpx.TransportError:
         pass  # the server died under the call, as it should
     status = server.wait_exit(DIE_TIMEOUT)
@@ -163,11 +164,13 @@ def _recovered(
     """Check the sandbox crashed in `operation` on the freshly started server; returns
     it (with its probe) unless it is gone."""
     with server.client() as http:
+        started = time.monotonic()
         final = _settled(http, sandbox_id, operation)
+        took = time.monotonic() - started
         if final != "gone":
             _check_usable(http, sandbox_id, probe)
         _assert_no_orphans(server, http, f"{operation.name} of {sandbox_id}")
-    print(f"{operation.name}: {sandbox_id} {final}")  # noqa: T201
+    print(f"{operation.name}: {sandbox_id} {final} {took:.1f}s after the node was ready")  # noqa: T201
     return {} if final == "gone" else {sandbox_id: probe}
 
 
@@ -176,18 +179,16 @@ def states_now(server: SpaceServer) -> dict[str, str]:
         return states(http)
 
 
-def _start_operation(http: httpx.Client, name: str, probe: Probe | None) -> None:
+def start_operation(http: httpx.Client, name: str, probe: Probe | None) -> httpx.Response:
     if name == "create":
-        http.post("/v1/sandboxes", json={"template": TEMPLATE})
-        return
+        return http.post("/v1/sandboxes", json={"template": TEMPLATE})
     assert probe is not None
     sandbox = f"/v1/sandboxes/{probe.sandbox_id}"
     if name == "delete":
-        http.delete(sandbox)
-    elif name == "timeout":
-        http.post(f"{sandbox}/timeout", json={"timeout": 3000})
-    else:
-        http.post(f"{sandbox}/{name}")
+        return http.delete(sandbox)
+    if name == "timeout":
+        return http.post(f"{sandbox}/timeout", json={"timeout": 3000})
+    return http.post(f"{sandbox}/{name}")
 
 
 def _settled(http: httpx.Client, sandbox_id: str, operation: Operation) -> str:

@@ -33,6 +33,10 @@ def test_a_point_fails_only_in_its_operation_and_sandbox(
             faults.point("after_clone")
         with pytest.raises(faults.FaultInjected, match="timeout.before_commit"):
             faults.point("timeout.before_commit")
+        with faults.operation("suspend", "sb1"):
+            faults.point("after_clone")  # a failure fires once: the retry passes
+        faults.point("timeout.before_commit")
     finally:
         monkeypatch.delenv(faults.ENV)
         faults._plan.cache_clear()
+        faults._failed.clear()

@@ -11,8 +11,10 @@ config of a record, saving a record, tearing a slot down, rejoining the gateway.
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 from space.node.agent import AgentClient
@@ -25,9 +27,11 @@ from space.node.snapshotting import BootFiles, Snapshotter
 from space.node.storage.pool import ensure_pool
 from space.node.storage.snapshots import LocalSnapshotStore
 from space.node.templates import GuestArtifacts, Progress, build_guest
-from space.node.vmm.base import NetworkAttachment, VmConfig, VmmDriver
+from space.node.vmm.base import NetworkAttachment, VmConfig, VmHandle, VmmDriver
 from space.private import private_dir
 from space.seam.errors import SandboxNotFound, SandboxUnavailable
+
+log = logging.getLogger(__name__)
 
 DriverMaker = Callable[[], VmmDriver]
 
@@ -94,7 +98,13 @@ class NodeHost:
         directory = records.directory(slot)
         if sandbox is not None and directory.exists():
             sandbox.record.marked_deleting().save(directory)
-        await self.teardown(slot, sandbox)
+        try:
+            await self.teardown(slot, sandbox)
+        except Exception as exc:
+            if sandbox is not None:  # a retried delete finds what is left by its slot
+                sandbox.state, sandbox.reason = "stopped", f"delete failed: {exc}"
+                self.sandboxes[sandbox_id] = sandbox
+            raise
 
     def vm_config(
         self, record: SandboxRecord, network: SandboxNetwork, boot: BootFiles | None = None
@@ -129,13 +139,25 @@ class NodeHost:
         if vm is None and (records.directory(slot) / "record.json").exists():
             record = SandboxRecord.restore(records.directory(slot))
             vm = await driver.adopt(self.vm_config(record, SandboxNetwork("")))
+        steps: list[Callable[[], Awaitable[object]]] = [
+            partial(self.egress.detach, slot),
+            partial(asyncio.to_thread, self.net.delete, slot),
+        ]
         if vm is not None:
-            await driver.stop(vm)
-        await self.egress.detach(slot)
-        await asyncio.to_thread(self.net.delete, slot)
+            steps.insert(0, partial(self._stop, vm, sandbox))
+        failure = await _every_step(slot, steps)
         shutil.rmtree(self.run_dir / slot, ignore_errors=True)
         self.ready_snapshotter().store.remove(slot)
+        if failure is not None:
+            raise failure  # the record stays: a retry or the next start finishes the rest
         records.remove(slot)
+
+    async def _stop(self, vm: VmHandle, sandbox: Sandbox | None) -> None:
+        try:
+            await self.ready_driver().stop(vm)  # ends the VM even when a step fails
+        finally:
+            if sandbox is not None:
+                sandbox.vm = None
 
     async def rejoin_gateway(self, sandbox: Sandbox) -> None:
         """Serve a restored or adopted sandbox again: its namespace, its policy, a CA it trusts."""
@@ -201,3 +223,15 @@ class NodeHost:
         if self._guest is None:
             raise RuntimeError("LocalNode.open() has not run")
         return self._guest
+
+
+async def _every_step(slot: str, steps: list[Callable[[], Awaitable[object]]]) -> Exception | None:
+    """Run every teardown step even when one fails; the first failure is returned."""
+    failure: Exception | None = None
+    for step in steps:
+        try:
+            await step()
+        except Exception as exc:
+            log.exception("teardown of %s: a step failed, going on with the rest", slot)
+            failure = failure or exc
+    return failure

@@ -158,12 +158,15 @@ class LocalNode:
         sandbox = await self._host.live(sandbox_id)
         agent = self._host.agent(sandbox_id)
         agent.hold_keepalive()  # a paused guest cannot answer pings
+        driver, vm = self._host.ready_driver(), _vm(sandbox)
         try:
-            await self._host.ready_driver().pause(_vm(sandbox))
+            await driver.pause(vm)
+            self._host.save(sandbox, sandbox.record.with_power(paused=True))
         except BaseException:
+            with contextlib.suppress(VmmError):  # a step failed after QEMU stopped: run on
+                await driver.resume(vm)
             agent.release_keepalive()
             raise
-        self._host.save(sandbox, sandbox.record.with_power(paused=True))
         sandbox.state = "paused"
 
     async def resume_sandbox(self, sandbox_id: str) -> None:
@@ -196,13 +199,15 @@ class LocalNode:
             await self._recover_from_failed_suspend(sandbox, vm)
             raise
         self._host.save(sandbox, sandbox.record.with_power(suspended=True))
-        await sandbox.close()
-        await snapshotter.driver.stop(vm)
-        sandbox.vm = None
-        await asyncio.to_thread(self._host.net.delete, sandbox.record.slot)
-        shutil.rmtree(self._host.run_dir / sandbox.record.slot, ignore_errors=True)
-        snapshotter.store.prune(sandbox.record.slot)
-        sandbox.state, sandbox.reason = "suspended", None
+        sandbox.state, sandbox.reason = "suspended", None  # its sealed snapshot is what counts
+        try:
+            await sandbox.close()
+            await snapshotter.driver.stop(vm)  # ends the VM even when a step fails
+        finally:
+            sandbox.vm = None
+            await asyncio.to_thread(self._host.net.delete, sandbox.record.slot)
+            shutil.rmtree(self._host.run_dir / sandbox.record.slot, ignore_errors=True)
+            snapshotter.store.prune(sandbox.record.slot)
         self.metrics.suspended(started)
 
     async def _recover_from_failed_suspend(self, sandbox: Sandbox, vm: VmHandle) -> None:

@@ -210,20 +210,22 @@ class QemuDriver:
         await self._qmp(vm).execute("cont")
 
     async def stop(self, vm: VmHandle) -> None:
+        """End the VMM (QMP `quit`, SIGKILL after a grace) and release its confinement,
+        even when a step on the way fails."""
         qvm = _qemu(vm)
-        if qvm.watch.alive():
-            try:
-                await qvm.qmp.execute("quit")
-            except QmpError:
-                pass
-            try:
-                await asyncio.wait_for(qvm.wait(), STOP_GRACE)
-            except TimeoutError:
+        try:
+            if qvm.watch.alive():
+                with contextlib.suppress(QmpError):
+                    await qvm.qmp.execute("quit")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(qvm.wait(), STOP_GRACE)
+        finally:
+            if qvm.watch.alive():  # past the grace, or a step failed before it ended
                 qvm.watch.kill()
-        await qvm.wait()
-        await qvm.qmp.close()
-        qvm.watch.close()
-        await self._leave(vm.config.vm_id)
+            await qvm.wait()
+            await qvm.qmp.close()
+            qvm.watch.close()
+            await self._leave(vm.config.vm_id)
 
     async def release(self, vm: VmHandle) -> None:
         qvm = _qemu(vm)
