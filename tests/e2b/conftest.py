@@ -3,16 +3,29 @@
 `e2b_env` sets exactly what a user sets (`E2B_API_URL`, `E2B_SANDBOX_URL`,
 `E2B_API_KEY`) for a uvicorn server in a thread over the fake node; the VM
 tests use `vm_server` (a real `LocalNode`, module scope, see test_e2b_vm.py).
+Under `SPACE_TEST_E2B_SDK` (a run spawned by tests/e2b/sdks.py) the session
+refuses to start unless `import e2b` gives that version.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 from collections.abc import Callable, Iterator
 
+import e2b
 import pytest
 
 from tests.conftest import ServerThread
 from tests.control.fakes import FakeNode, PowerNode
+from tests.e2b.sdks import EXPECTED_ENV
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    expected = os.environ.get(EXPECTED_ENV)
+    found = importlib.metadata.version("e2b")
+    if expected and found != expected:
+        raise pytest.UsageError(f"expected e2b=={expected}, imported {found} ({e2b.__file__})")
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ from e2b.sandbox.filesystem.watch_handle import FilesystemEvent, FilesystemEvent
 
 from tests.control.fakes import FakeNode
 
-pytestmark = [pytest.mark.usefixtures("e2b_env"), pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.e2b, pytest.mark.usefixtures("e2b_env"), pytest.mark.timeout(60)]
 
 
 async def test_commands(fake_node: FakeNode) -> None:

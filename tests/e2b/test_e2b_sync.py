@@ -19,7 +19,7 @@ from space.store.sandboxes import SandboxRepo
 from tests.conftest import ServerThread
 from tests.control.fakes import FakeNode
 
-pytestmark = pytest.mark.usefixtures("e2b_env")
+pytestmark = [pytest.mark.e2b, pytest.mark.usefixtures("e2b_env")]
 
 
 def test_create_run_and_kill(fake_node: FakeNode) -> None:

@@ -29,6 +29,7 @@ from space.store.commands import CommandState
 from space.store.db import Database, make_engine
 from space.store.models import Command
 from tests.e2b.conftest import point_sdk_at
+from tests.e2b.sdks import CURRENT, sdk_dir
 from tests.e2e.conftest import _host_reason
 from tests.e2e.server import SpaceServer, space_binary
 
@@ -229,10 +230,16 @@ async def test_async_surface() -> None:
     assert await AsyncSandbox.kill(sandbox.sandbox_id) is False
 
 
-def test_example_runs_unchanged(space: tuple[SpaceServer, str]) -> None:
+@pytest.mark.e2b
+@pytest.mark.parametrize("sdk", ["venv", CURRENT])
+def test_example_runs_unchanged(space: tuple[SpaceServer, str], sdk: str) -> None:
+    """The quickstart under .venv's e2b==2.21.1 and under the current SDK."""
     server, key = space
     env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
     env.update(E2B_API_URL=server.url, E2B_SANDBOX_URL=server.url, E2B_API_KEY=key)
+    if sdk != "venv":
+        paths = [str(sdk_dir(sdk)), env.get("PYTHONPATH")]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     done = subprocess.run(
         [sys.executable, str(REPO / "examples" / "e2b_quickstart.py")],
         env=env,

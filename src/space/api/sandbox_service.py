@@ -2,8 +2,9 @@
 
 Create (bounds, template, egress policy against the org's default and ceiling,
 quota admission and the row in one transaction, then `Lifecycle.ensure_created`),
-delete (`deleting`, `ensure_deleted`, then the sandbox's processes and logs in
-the process registry), list and get in the caller's org, power operations and
+a running sandbox's new egress policy (node first, then the row), delete
+(`deleting`, `ensure_deleted`, then the sandbox's processes and logs in the
+process registry), list and get in the caller's org, power operations and
 the deadline. The fronts only translate their bodies in and their shapes out.
 
 Refusals are `ApiError`s (status, code, message, field); each front renders
@@ -112,6 +113,10 @@ class SandboxService:
                 "template",
             )
 
+    async def templates(self) -> list[str]:
+        """The templates the node can create sandboxes from."""
+        return await self._node_or_unavailable().templates()
+
     def resolve_network(
         self, principal: Principal, network: dict[str, Any] | None
     ) -> dict[str, Any] | None:
@@ -155,6 +160,21 @@ class SandboxService:
         with self._db.session() as session:
             repo = SandboxRepo(session)
             repo.set_timeout(row.id, lifetime_until(row, deadline))
+            return repo.get(row.id)
+
+    async def set_network(
+        self, principal: Principal, row: Sandbox, network: dict[str, Any] | None
+    ) -> Sandbox:
+        """Replace a running sandbox's egress policy (the org's default for None, else
+        `network` within the org's ceiling): the node applies it to new and open
+        connections, then the row keeps it."""
+        policy = self.resolve_network(principal, network)
+        if row.state != SandboxState.RUNNING.value:
+            raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
+        await self._node_or_unavailable().set_network_policy(row.id, policy)
+        with self._db.session() as session:
+            repo = SandboxRepo(session)
+            repo.set_network(row.id, policy)
             return repo.get(row.id)
 
     def _node_or_unavailable(self) -> NodeClient:

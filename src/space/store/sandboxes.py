@@ -233,6 +233,16 @@ class SandboxRepo:
         with faults.operation("timeout", sandbox_id):
             faults.point("before_commit")
 
+    def set_network(self, sandbox_id: str, network: dict[str, Any] | None) -> None:
+        """Replace the egress policy the sandbox is (re)created with. Not a state
+        mutation: no generation bump."""
+        self.session.execute(
+            update(Sandbox)
+            .where(Sandbox.id == sandbox_id)
+            .values(network=network, updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+
     def count_by_state(self) -> dict[str, int]:
         query = select(Sandbox.state, func.count()).group_by(Sandbox.state)
         return {state: count for state, count in self.session.execute(query)}

@@ -11,8 +11,8 @@ import asyncio
 import base64
 import binascii
 import urllib.parse
-from datetime import datetime, timedelta
-from typing import Annotated
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -20,11 +20,12 @@ from fastapi.responses import JSONResponse
 from space.api.deps import StateDep, authenticate
 from space.api.e2b import metrics
 from space.api.e2b.errors import E2bError, E2bRoute
-from space.api.e2b.front import FrontDep
+from space.api.e2b.front import E2bFront, FrontDep
 from space.api.e2b.rest_models import (
     E2B_STATE,
     ConnectIn,
     NewSandboxIn,
+    PauseIn,
     RefreshIn,
     TimeoutIn,
     detail_json,
@@ -57,7 +58,7 @@ def _principal(request: Request, state: StateDep) -> Principal:
 PrincipalDep = Annotated[Principal, Depends(_principal)]
 
 
-def _visible(state: AppState, principal: Principal, sandbox_id: str) -> Sandbox:
+def visible(state: AppState, principal: Principal, sandbox_id: str) -> Sandbox:
     """The caller's sandbox as E2B sees it: error and deleting ones are not found.
     A read: REST calls are not activity (envd's data-plane calls are)."""
     row = state.sandboxes.get(principal, sandbox_id)
@@ -70,6 +71,13 @@ def _visible(state: AppState, principal: Principal, sandbox_id: str) -> Sandbox:
 async def create(
     body: NewSandboxIn, principal: PrincipalDep, state: StateDep, front: FrontDep
 ) -> JSONResponse:
+    return await create_sandbox(body, principal, state, front)
+
+
+async def create_sandbox(
+    body: NewSandboxIn, principal: Principal, state: AppState, front: E2bFront
+) -> JSONResponse:
+    """Create as both `POST /sandboxes` and `POST /v2/sandboxes` do: 201 once running."""
     if body.volume_mounts:
         raise E2bError(400, "volume mounts are not supported by SPACE")
     request = SandboxRequest(
@@ -81,7 +89,7 @@ async def create(
         network=body.network_policy(),
     )
     created = await state.sandboxes.create(principal, request)
-    row = _visible(state, principal, created.id)
+    row = visible(state, principal, created.id)
     token = front.tokens.issue(row.id, principal.key_id)
     return JSONResponse(sandbox_json(row, token, front.config.domain), status_code=201)
 
@@ -90,7 +98,7 @@ async def create(
 async def get(
     sandbox_id: str, principal: PrincipalDep, state: StateDep, front: FrontDep
 ) -> JSONResponse:
-    row = _visible(state, principal, sandbox_id)
+    row = visible(state, principal, sandbox_id)
     return JSONResponse(
         detail_json(row, front.tokens.issue(row.id, principal.key_id), front.config.domain)
     )
@@ -107,18 +115,28 @@ async def list_v2(
     state: StateDep,
     metadata: str | None = None,
     states: Annotated[str | None, Query(alias="state")] = None,
+    order: Literal["asc", "desc"] = "asc",
+    started_after: Annotated[datetime | None, Query(alias="startedAfter")] = None,
+    template: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     next_token: Annotated[str | None, Query(alias="nextToken")] = None,
 ) -> JSONResponse:
+    """Filtered by metadata, state, start time and template, oldest first (`order`
+    `desc`: newest first), in pages of `limit` with `x-next-token`."""
     wanted_meta = _metadata_filter(metadata)
     wanted_states = set(states.split(",")) if states else {"running", "paused"}
+    rows = _listable(state, principal)
+    if order == "desc":
+        rows.reverse()
     listed = [
         (row, shown)
-        for row, shown in rendered(_listable(state, principal), lambda row: (row, listed_json(row)))
+        for row, shown in rendered(rows, lambda row: (row, listed_json(row)))
         if shown["state"] in wanted_states
         and all(shown["metadata"].get(k) == v for k, v in wanted_meta.items())
+        and (started_after is None or row.created_at >= _aware(started_after))
+        and (template is None or row.template == template)
     ]
-    start = _page_start([row for row, _ in listed], next_token)
+    start = _page_start([row for row, _ in listed], next_token, order)
     page = listed[start : start + limit]
     headers = {}
     if start + limit < len(listed):
@@ -137,9 +155,14 @@ async def kill(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Res
 
 
 @router.post("/sandboxes/{sandbox_id}/pause", status_code=204)
-async def pause(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Response:
-    """E2B pause = SPACE suspend (memory and disk to the snapshot store)."""
-    row = _visible(state, principal, sandbox_id)
+async def pause(
+    sandbox_id: str, principal: PrincipalDep, state: StateDep, body: PauseIn | None = None
+) -> Response:
+    """E2B pause = SPACE suspend (memory and disk to the snapshot store); a pause of
+    the file system alone (`memory: false`, 2.63's `mode="filesystem"`) is refused."""
+    if body is not None and body.memory is False:
+        raise E2bError(400, "pause mode 'filesystem' is not supported: SPACE keeps memory")
+    row = visible(state, principal, sandbox_id)
     if row.state in (S.SUSPENDING.value, S.SUSPENDED.value):
         raise E2bError(409, f"sandbox {sandbox_id} is already paused")
     await _power(state, row, "suspend")
@@ -150,10 +173,16 @@ async def pause(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Re
 async def connect(
     sandbox_id: str, body: ConnectIn, principal: PrincipalDep, state: StateDep, front: FrontDep
 ) -> JSONResponse:
+    return await connect_sandbox(sandbox_id, body, principal, state, front)
+
+
+async def connect_sandbox(
+    sandbox_id: str, body: ConnectIn, principal: Principal, state: AppState, front: E2bFront
+) -> JSONResponse:
     """Running: 200. Paused (in RAM) is resumed, suspended is restored: 201."""
-    row = await _wake(state, principal, sandbox_id, body.timeout, extend_only=True)
+    row = await wake(state, principal, sandbox_id, body.timeout, extend_only=True)
     status = 200 if row is None else 201
-    row = row or _visible(state, principal, sandbox_id)
+    row = row or visible(state, principal, sandbox_id)
     token = front.tokens.issue(row.id, principal.key_id)
     return JSONResponse(sandbox_json(row, token, front.config.domain), status_code=status)
 
@@ -163,7 +192,7 @@ async def resume(
     sandbox_id: str, body: ConnectIn, principal: PrincipalDep, state: StateDep, front: FrontDep
 ) -> JSONResponse:
     """The deprecated form of connect; a running sandbox is a 409 here."""
-    row = await _wake(state, principal, sandbox_id, body.timeout, extend_only=False)
+    row = await wake(state, principal, sandbox_id, body.timeout, extend_only=False)
     if row is None:
         raise E2bError(409, f"sandbox {sandbox_id} is already running")
     token = front.tokens.issue(row.id, principal.key_id)
@@ -176,7 +205,7 @@ async def set_timeout(
 ) -> Response:
     """The sandbox now ends `timeout` seconds from now."""
     out_of_bounds("timeout", body.timeout, state.settings.limits.timeout)
-    row = _visible(state, principal, sandbox_id)
+    row = visible(state, principal, sandbox_id)
     _deadline(state, row, body.timeout, extend_only=False)
     return Response(status_code=204)
 
@@ -185,7 +214,7 @@ async def set_timeout(
 async def refresh(
     sandbox_id: str, body: RefreshIn, principal: PrincipalDep, state: StateDep
 ) -> Response:
-    row = _visible(state, principal, sandbox_id)
+    row = visible(state, principal, sandbox_id)
     _deadline(state, row, body.duration, extend_only=True)
     return Response(status_code=204)
 
@@ -193,7 +222,7 @@ async def refresh(
 @router.get("/sandboxes/{sandbox_id}/metrics")
 async def get_metrics(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> JSONResponse:
     """The current sample (SPACE keeps no history); none while the sandbox is not running."""
-    row = _visible(state, principal, sandbox_id)
+    row = visible(state, principal, sandbox_id)
     if row.state != S.RUNNING.value:
         return JSONResponse([])
     async with asyncio.timeout(state.settings.timeouts.node_call):
@@ -202,16 +231,16 @@ async def get_metrics(sandbox_id: str, principal: PrincipalDep, state: StateDep)
 
 @router.post("/sandboxes/{sandbox_id}/snapshots")
 async def snapshot(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Response:
-    _visible(state, principal, sandbox_id)
+    visible(state, principal, sandbox_id)
     raise E2bError(501, "snapshots as templates are not supported by SPACE yet")
 
 
-async def _wake(
+async def wake(
     state: AppState, principal: Principal, sandbox_id: str, timeout: int, *, extend_only: bool
 ) -> Sandbox | None:
     """Resume or restore the sandbox; None if it was running already."""
     out_of_bounds("timeout", timeout, state.settings.limits.timeout)
-    row = _visible(state, principal, sandbox_id)
+    row = visible(state, principal, sandbox_id)
     woken: Sandbox | None = None
     if row.state == S.PAUSED.value:
         woken = await _power(state, row, "resume")
@@ -252,9 +281,10 @@ def _token_after(row: Sandbox) -> str:
     return base64.urlsafe_b64encode(f"{row.created_at.isoformat()}|{row.id}".encode()).decode()
 
 
-def _page_start(rows: list[Sandbox], token: str | None) -> int:
+def _page_start(rows: list[Sandbox], token: str | None, order: str = "asc") -> int:
     """Index of the first row after the one the token names (rows are ordered by
-    creation time, then id, so a row deleted meanwhile does not break paging)."""
+    creation time, then id, either way, so a row deleted meanwhile does not break
+    paging)."""
     if not token:
         return 0
     try:
@@ -262,4 +292,13 @@ def _page_start(rows: list[Sandbox], token: str | None) -> int:
         position = (datetime.fromisoformat(created), after)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise E2bError(400, "invalid nextToken") from None
+    if order == "desc":
+        return next(
+            (i for i, row in enumerate(rows) if (row.created_at, row.id) < position), len(rows)
+        )
     return next((i for i, row in enumerate(rows) if (row.created_at, row.id) > position), len(rows))
+
+
+def _aware(moment: datetime) -> datetime:
+    """`startedAfter` without a zone is UTC."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

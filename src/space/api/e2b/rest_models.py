@@ -39,11 +39,44 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
 
-class NetworkIn(_Body):
-    allow_out: list[str] | None = Field(default=None, alias="allowOut")
-    deny_out: list[str] | None = Field(default=None, alias="denyOut")
+class EgressIn(_Body):
+    """E2B's egress fields, on create (`network`) and on `PUT /sandboxes/{id}/network`."""
+
+    allow_out: list[str] | None = Field(default=None, alias="allowOut", max_length=256)
+    deny_out: list[str] | None = Field(default=None, alias="denyOut", max_length=256)
+    dns_servers: list[str] | None = Field(default=None, alias="dnsServers", max_length=16)
+    egress_proxy: dict[str, Any] | None = Field(default=None, alias="egressProxy")
+    rules: dict[str, Any] | None = None
+
+    def unsupported(self) -> str | None:
+        """Why SPACE cannot apply these options, or None."""
+        if self.dns_servers:
+            return "network.dnsServers: SPACE resolves names in its egress gateway, not set"
+        if self.egress_proxy:
+            return "network.egressProxy: egress through a proxy is not supported by SPACE"
+        if self.rules:
+            return "network.rules (per-host header transforms) are not supported by SPACE"
+        return None
+
+
+class NetworkIn(EgressIn):
     allow_public_traffic: bool | None = Field(default=None, alias="allowPublicTraffic")
     mask_request_host: str | None = Field(default=None, alias="maskRequestHost")
+    https_ports: list[int] | None = Field(default=None, alias="httpsPorts", max_length=64)
+
+    def unsupported(self) -> str | None:
+        if self.https_ports:
+            return "network.httpsPorts: SPACE has no sandbox URLs (ingress) to serve them"
+        return super().unsupported()
+
+
+class NetworkUpdateIn(EgressIn):
+    """The whole new egress configuration: what it leaves out is cleared."""
+
+    allow_internet_access: bool | None = None
+
+    def network_policy(self) -> dict[str, Any] | None:
+        return egress_policy(self.allow_internet_access, self)
 
 
 class NewSandboxIn(_Body):
@@ -62,23 +95,53 @@ class NewSandboxIn(_Body):
     )
 
     def network_policy(self) -> dict[str, Any] | None:
-        """SPACE's egress policy (`{"mode", "allow", "deny"}`) for E2B's options.
+        return egress_policy(self.allow_internet_access, self.network or NetworkIn())
 
-        `allow_out` given: `allowlist` of it (E2B lets it override `deny_out`);
-        internet access off (= E2B's deny 0.0.0.0/0) without one: `none`; only
-        `deny_out`: `open` minus it. Plain `allow_internet_access=True`, which the
-        SDK sends by default, leaves the org's default policy in force (None).
-        """
-        network = self.network or NetworkIn()
-        deny = [_cidr(entry) for entry in network.deny_out or [] if entry != CATCH_ALL]
-        allow = [_cidr(entry) for entry in network.allow_out or []]
-        if allow:
-            return {"mode": "allowlist", "allow": allow, "deny": deny}
-        if self.allow_internet_access is False or CATCH_ALL in (network.deny_out or []):
-            return {"mode": "none", "allow": [], "deny": deny}
-        if deny:
-            return {"mode": "open", "allow": [], "deny": deny}
-        return None
+
+class AutoResumeIn(_Body):
+    enabled: bool = False
+
+
+class NewSandboxV2In(NewSandboxIn):
+    """`POST /v2/sandboxes`: `lifecycle` as `autoPause` (+ `autoPauseMemory`) and
+    `autoResume`, plus options SPACE refuses (`unsupported`)."""
+
+    auto_pause_memory: bool | None = Field(default=None, alias="autoPauseMemory")
+    auto_resume: AutoResumeIn | None = Field(default=None, alias="autoResume")
+    mcp: dict[str, Any] | None = None
+    iam: dict[str, Any] | None = None
+
+    def unsupported(self) -> str | None:
+        """Why SPACE cannot create this sandbox as asked, or None."""
+        if self.auto_pause_memory is False:
+            return "lifecycle on_timeout mode 'filesystem': SPACE's pause always keeps memory"
+        if self.auto_resume is not None and self.auto_resume.enabled:
+            return "lifecycle auto_resume is not supported by SPACE: Sandbox.connect resumes"
+        if self.mcp:
+            return "mcp (an MCP gateway in the sandbox) is not supported by SPACE"
+        if self.iam:
+            return "iam (workload identity tokens) is not supported by SPACE"
+        return self.network.unsupported() if self.network else None
+
+
+def egress_policy(allow_internet_access: bool | None, network: EgressIn) -> dict[str, Any] | None:
+    """SPACE's egress policy (`{"mode", "allow", "deny"}`) for E2B's options.
+
+    `allow_out` given: `allowlist` of it (E2B lets it override `deny_out`);
+    internet access off (= E2B's deny 0.0.0.0/0) without one: `none`; only
+    `deny_out`: `open` minus it. Plain `allow_internet_access=True`, which the
+    SDK sends by default, leaves the org's default policy in force (None).
+    Entries are CIDRs, IPs, hosts and `*.suffix` wildcards, as SPACE's policy takes.
+    """
+    deny = [_cidr(entry) for entry in network.deny_out or [] if entry != CATCH_ALL]
+    allow = [_cidr(entry) for entry in network.allow_out or []]
+    if allow:
+        return {"mode": "allowlist", "allow": allow, "deny": deny}
+    if allow_internet_access is False or CATCH_ALL in (network.deny_out or []):
+        return {"mode": "none", "allow": [], "deny": deny}
+    if deny:
+        return {"mode": "open", "allow": [], "deny": deny}
+    return None
 
 
 CATCH_ALL = "0.0.0.0/0"
@@ -108,6 +171,15 @@ class TimeoutIn(_Body):
 
 class ConnectIn(_Body):
     timeout: int = Field(default=300, ge=0, le=MAX_SECONDS)
+
+
+class ConnectV2In(ConnectIn):
+    memory: bool | None = None  # False: reboot from the disk alone
+
+
+class PauseIn(_Body):
+    memory: bool | None = None  # False: keep the file system only
+    require_healthy_guest: bool | None = Field(default=None, alias="requireHealthyGuest")
 
 
 class RefreshIn(_Body):

@@ -1,0 +1,84 @@
+"""What only the current SDK (e2b 2.63) calls, against the fake node: a running
+sandbox's network replaced, list v2's start-time, template and order filters,
+template lookups, and the E2B options SPACE refuses with a reason. Not collected
+by default (2.21.1 lacks these calls): test_e2b_sdk_current.py runs it under 2.63."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from e2b import Sandbox, SandboxQuery, Template
+from e2b.exceptions import SandboxException
+
+from space.store.db import Database
+from space.store.sandboxes import SandboxRepo
+from tests.control.fakes import FakeNode
+
+pytestmark = [pytest.mark.e2b, pytest.mark.usefixtures("e2b_env")]
+
+
+def _stored(db: Database, sandbox_id: str) -> object:
+    with db.session() as session:
+        return SandboxRepo(session).get(sandbox_id).network
+
+
+def test_network_update_on_a_running_sandbox(fake_node: FakeNode, db: Database) -> None:
+    sandbox = Sandbox.create(network={"allow_out": ["pypi.org"]})
+    sandbox.update_network({"allow_out": ["*.pythonhosted.org", "203.0.113.7"]})
+    wanted = {"mode": "allowlist", "allow": ["*.pythonhosted.org", "203.0.113.7/32"], "deny": []}
+    assert fake_node.policies[sandbox.sandbox_id] == wanted  # the node applied it live
+    assert _stored(db, sandbox.sandbox_id) == wanted  # and a restore keeps it
+    network = sandbox.get_info().network
+    assert network is not None and network["allow_out"] == ["*.pythonhosted.org", "203.0.113.7/32"]
+    sandbox.update_network({"allow_internet_access": False})
+    assert fake_node.policies[sandbox.sandbox_id] == {"mode": "none", "allow": [], "deny": []}
+    sandbox.update_network({"deny_out": ["198.51.100.0/24"]})
+    wanted = {"mode": "open", "allow": [], "deny": ["198.51.100.0/24"]}
+    assert fake_node.policies[sandbox.sandbox_id] == wanted
+    with pytest.raises(SandboxException, match="dnsServers"):
+        sandbox.update_network({"dns_servers": ["192.0.2.53"]})
+    sandbox.pause()
+    with pytest.raises(SandboxException, match="409.*not running"):
+        sandbox.update_network({"allow_out": ["pypi.org"]})
+
+
+def test_list_by_start_time_template_and_order() -> None:
+    before = datetime.now(UTC) - timedelta(seconds=1)
+    made = [Sandbox.create(metadata={"suite": "v2list"}) for _ in range(3)]
+    query = SandboxQuery(metadata={"suite": "v2list"}, started_after=before, template="base")
+    newest_first = Sandbox.list(query=query, order="desc", limit=2)
+    pages = [newest_first.next_items()]
+    assert newest_first.has_next
+    pages.append(newest_first.next_items())
+    assert not newest_first.has_next
+    listed = [s.sandbox_id for page in pages for s in page]
+    assert listed == [s.sandbox_id for s in reversed(made)]
+    assert Sandbox.list(query=SandboxQuery(template="nope")).next_items() == []
+    later = SandboxQuery(started_after=datetime.now(UTC) + timedelta(hours=1))
+    assert Sandbox.list(query=later).next_items() == []
+
+
+def test_template_lookups() -> None:
+    assert Template.exists("base") is True
+    assert Template.exists("no-such-template") is False
+
+
+def test_what_space_refuses_says_why() -> None:
+    with pytest.raises(SandboxException, match="auto_resume is not supported"):
+        Sandbox.create(lifecycle={"on_timeout": "pause", "auto_resume": True})
+    with pytest.raises(SandboxException, match="mode 'filesystem'"):
+        Sandbox.create(lifecycle={"on_timeout": {"action": "pause", "mode": "filesystem"}})
+    sandbox = Sandbox.create(lifecycle={"on_timeout": "pause"})
+    assert sandbox.get_info().lifecycle == {"auto_resume": False, "on_timeout": "pause"}
+    with pytest.raises(SandboxException, match="mode 'filesystem' is not supported"):
+        sandbox.pause(mode="filesystem")
+    assert sandbox.pause() is True
+    with pytest.raises(SandboxException, match="reboot"):
+        Sandbox.connect(sandbox.sandbox_id, on_resume="reboot")
+    again = Sandbox.connect(sandbox.sandbox_id)
+    assert again.commands.run("echo up").stdout == "up\n"
+    with pytest.raises(SandboxException, match="501.*fork is not supported"):
+        again.fork()
+    with pytest.raises(SandboxException, match="501"):
+        again.create_snapshot()

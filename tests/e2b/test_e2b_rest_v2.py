@@ -1,0 +1,47 @@
+"""What e2b 2.63 adds on the wire, with httpx: E2B's error shape for what SPACE
+refuses, and a network update scoped to the caller's org."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from tests.conftest import ServerThread
+from tests.control.fakes import FakeNode
+
+pytestmark = pytest.mark.e2b
+
+
+def test_refusals_and_org_scope(
+    server: ServerThread, make_key: Callable[..., str], fake_node: FakeNode
+) -> None:
+    acme = {"X-API-KEY": make_key("acme")}
+    other = {"X-API-KEY": make_key("other")}
+    created = httpx.post(f"{server.url}/v2/sandboxes", json={"templateID": "base"}, headers=acme)
+    assert created.status_code == 201, created.text
+    sandbox_id = created.json()["sandboxID"]
+    logs = httpx.get(f"{server.url}/v2/sandboxes/{sandbox_id}/logs", headers=acme)
+    assert logs.status_code == 501
+    assert logs.json() == {
+        "code": 501,
+        "message": "sandbox logs (SPACE keeps per-command output) is not supported by SPACE",
+    }
+    network = f"{server.url}/sandboxes/{sandbox_id}/network"
+    assert httpx.put(network, json={"allowOut": ["pypi.org"]}, headers=other).status_code == 404
+    assert sandbox_id not in fake_node.policies
+    proxy = httpx.put(network, json={"egressProxy": {"address": "x:1"}}, headers=acme)
+    assert proxy.status_code == 400 and "egressProxy" in proxy.json()["message"]
+    assert httpx.put(network, json={}, headers=acme).status_code == 204
+    assert fake_node.policies[sandbox_id] is None  # an empty body: the org's default
+    mcp = httpx.post(
+        f"{server.url}/v2/sandboxes", json={"templateID": "base", "mcp": {"x": {}}}, headers=acme
+    )
+    assert mcp.json() == {
+        "code": 400,
+        "message": "mcp (an MCP gateway in the sandbox) is not supported by SPACE",
+    }
+    alias = httpx.get(f"{server.url}/templates/aliases/nope", headers=acme)
+    assert (alias.status_code, alias.json()["code"]) == (404, 404)
+    assert httpx.get(f"{server.url}/templates/aliases/base").status_code == 401
