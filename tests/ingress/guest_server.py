@@ -2,7 +2,8 @@
 
 `GET /who` the connection's client port (so keep-alive is visible), `POST /count` the
 byte count of a (chunked) streamed body, `GET /events` five server-sent events,
-`GET /ws` a WebSocket that echoes text frames.
+`GET /ws` a WebSocket that echoes text frames, `GET /page` an HTML page whose script
+fetches `/who` into it.
 """
 
 import base64
@@ -11,6 +12,11 @@ import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+PAGE = b"""<!doctype html><title>guest page</title><p id="who">loading</p><script>
+fetch("/who").then(r => r.text()).then(t => {
+  document.getElementById("who").textContent = "guest port " + t;
+});
+</script>"""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -35,6 +41,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(f"data: event {n}\n\n".encode())
                 self.wfile.flush()
             self.close_connection = True
+        elif self.path == "/page":
+            self._send(PAGE, "text/html")
         elif self.path == "/ws":
             self._websocket()
         else:

@@ -2,7 +2,8 @@
 HTTP/1.1 server (`guest_server.py`); from the host, by Host header on the ingress
 port: 403 without its token; with it, keep-alive (one guest connection for several
 requests), a streamed upload, server-sent events as they come, a WebSocket echo;
-a closed port is a 502."""
+a closed port is a 502; headless Chromium loads a page from the sandbox URL itself
+(`*.localhost` resolves to loopback in Chromium) whose script fetches from it."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from playwright.sync_api import sync_playwright
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
 
+from tests.console.conftest import CHROMIUM, FLAGS
 from tests.e2e.conftest import _host_reason
 from tests.e2e.server import SpaceServer
 
@@ -126,3 +129,21 @@ def _next_event(ws: WSConnection, sock: socket.socket) -> object:
         assert data, "the ingress closed the WebSocket"
         ws.receive_data(data)
     raise AssertionError("no WebSocket event")
+
+
+def test_a_browser_loads_a_page_from_the_sandbox_url(live: Live, tmp_path: Path) -> None:
+    url = live.url_pattern.replace("{port}", str(GUEST_PORT)) + "/page"
+    assert ".localhost:" in url  # the default domain: no DNS, no /etc/hosts entry
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=FLAGS
+        )
+        try:
+            browser.set_default_timeout(60_000)
+            browser.set_extra_http_headers({TOKEN_HEADER: live.token})
+            page = browser.new_page()
+            assert page.goto(url).status == 200  # type: ignore[union-attr]
+            page.wait_for_function("document.getElementById('who').textContent !== 'loading'")
+            assert page.text_content("#who").startswith("guest port ")  # type: ignore[union-attr]
+        finally:
+            browser.close()

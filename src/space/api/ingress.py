@@ -164,10 +164,21 @@ class Ingress:
         ):
             raise Refusal(403, "forbidden", f"sandbox {row.id} is private: send its {TOKEN_HEADER}")
         if row.state != SandboxState.RUNNING.value and self._settings.auto_restore:
-            row = await wake(self._db, self._lifecycle, row, timeout=self._settings.timeouts.create)
+            row = await self._wake(row)
         if row.state != SandboxState.RUNNING.value:
             raise Refusal(409, "sandbox_not_running", f"sandbox {row.id} is {row.state}")
         return target, row
+
+    async def _wake(self, row: Sandbox) -> Sandbox:
+        try:
+            return await wake(
+                self._db, self._lifecycle, row, timeout=self._settings.timeouts.create
+            )
+        except Exception as exc:  # whatever stopped the restore: the client gets a 409
+            log.warning("ingress could not wake %s: %r", row.id, exc)
+            raise Refusal(
+                409, "sandbox_not_running", f"sandbox {row.id} is {row.state} and did not wake"
+            ) from None
 
     def _row(self, sandbox_id: str) -> Sandbox:
         try:
