@@ -2,8 +2,9 @@
 HTTP/1.1 server (`guest_server.py`); from the host, by Host header on the ingress
 port: 403 without its token; with it, keep-alive (one guest connection for several
 requests), a streamed upload, server-sent events as they come, a WebSocket echo;
-a closed port is a 502; headless Chromium loads a page from the sandbox URL itself
-(`*.localhost` resolves to loopback in Chromium) whose script fetches from it."""
+a closed port is a 502; a suspended sandbox is restored by a request; headless
+Chromium loads a page from the sandbox URL itself (`*.localhost` resolves to
+loopback in Chromium) whose script fetches from it."""
 
 from __future__ import annotations
 
@@ -49,7 +50,11 @@ def live() -> Iterator[Live]:
     reason = _host_reason()
     if reason:
         pytest.fail(reason)
-    server = SpaceServer(Path(tempfile.mkdtemp(prefix="space-ingress-")), SPACE_NODE_WARM_POOL="{}")
+    server = SpaceServer(
+        Path(tempfile.mkdtemp(prefix="space-ingress-")),
+        SPACE_NODE_WARM_POOL="{}",
+        SPACE_TIMEOUT_CREATE="600",  # TCG on cores shared with other suites: slow, not stuck
+    )
     try:
         server.start()
         with server.client() as http:
@@ -147,3 +152,14 @@ def test_a_browser_loads_a_page_from_the_sandbox_url(live: Live, tmp_path: Path)
             assert page.text_content("#who").startswith("guest port ")  # type: ignore[union-attr]
         finally:
             browser.close()
+
+
+def test_a_suspended_sandbox_is_restored_by_its_first_request(live: Live) -> None:
+    with live.server.client() as api:
+        suspended = api.post(f"/v1/sandboxes/{live.sandbox_id}/suspend")
+        assert suspended.json()["state"] == "suspended", suspended.text
+    with live.client(**{TOKEN_HEADER: live.token}) as http:
+        http.timeout = httpx.Timeout(180)
+        assert http.get("/who").status_code == 200  # the guest's server survived the snapshot
+    with live.server.client() as api:
+        assert api.get(f"/v1/sandboxes/{live.sandbox_id}").json()["state"] == "running"
