@@ -102,8 +102,14 @@ async def _serve_with_node(settings: Settings) -> None:
         try:
             registries = [node.egress.gateway.metrics.registry, node.metrics.registry]
             app = create_app(settings, node, db=db, metrics_from=registries)
+            await app.state.ingress.start()
             _announce(settings)
-            await _uvicorn(app, settings)
+            ingress = settings.ingress
+            out(f"sandbox URLs: http://<port>-<sandbox id>.{ingress.domain} ({ingress.host})")
+            try:
+                await _uvicorn(app, settings)
+            finally:
+                await app.state.ingress.aclose()
         finally:
             registered.cancel()
             await asyncio.wait({registered})

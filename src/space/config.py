@@ -347,6 +347,36 @@ class DoctorConfig(BaseSettings):
     boot_timeout: float = Field(default=90.0, gt=0)
 
 
+class IngressConfig(BaseSettings):
+    """Sandbox URLs `<port>-<sandbox id>.<domain>` (`SPACE_INGRESS_*`; the domain:
+    `SPACE_PUBLIC_DOMAIN`). The ingress listens on its own port; without a domain it is
+    `localhost:<port>`, which browsers resolve to loopback with no DNS or hosts entry
+    (docs/ingress.md). Bounds: the request head, open connections per sandbox, and how
+    long a spliced connection may stay silent. `token_secret` derives private sandboxes'
+    traffic access tokens; replicas must share it, otherwise it is generated once into
+    `DATA_DIR/ingress-token.key`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SPACE_INGRESS_", extra="ignore", populate_by_name=True
+    )
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8081, ge=1, le=65535)
+    domain: str = Field(default="", validation_alias="SPACE_PUBLIC_DOMAIN", max_length=200)
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024, le=MIB)
+    max_connections_per_sandbox: int = Field(default=256, ge=1)
+    idle_seconds: float = Field(default=300.0, gt=0)
+    connect_timeout: float = Field(default=10.0, gt=0)
+    token_secret: str | None = Field(default=None, min_length=32)
+
+    @model_validator(mode="after")
+    def _default_domain(self) -> IngressConfig:
+        if not self.domain:
+            self.domain = f"localhost:{self.port}"
+        self.domain = self.domain.lower().strip(".")
+        return self
+
+
 class Settings(BaseSettings):
     """Everything one SPACE process needs."""
 
@@ -374,6 +404,7 @@ class Settings(BaseSettings):
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     doctor: DoctorConfig = Field(default_factory=DoctorConfig)
+    ingress: IngressConfig = Field(default_factory=IngressConfig)
 
     @field_validator("bootstrap_key")
     @classmethod

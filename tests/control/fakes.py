@@ -135,6 +135,16 @@ class FakeNode:
         default_factory=list
     )
     egress: dict[str, list[EgressRecord]] = field(default_factory=dict)  # oldest first
+    ports: dict[tuple[str, int], int] = field(default_factory=dict)  # guest port -> loopback
+
+    async def open_port(
+        self, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Loopback stand-in for the guest: `ports` maps a guest port to a local one."""
+        self._require(sandbox_id)
+        if (sandbox_id, port) not in self.ports:
+            raise ConnectionRefusedError(f"nothing listens on port {port}")
+        return await asyncio.open_connection("127.0.0.1", self.ports[sandbox_id, port])
 
     async def set_network_policy(self, sandbox_id: str, policy: dict[str, object] | None) -> None:
         self._require(sandbox_id)

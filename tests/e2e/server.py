@@ -93,6 +93,7 @@ class SpaceServer:
         self.key = f"sk_e2e_{secrets.token_hex(16)}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.ingress_port = free_port()  # sandbox URLs (docs/ingress.md)
         self.log = root / "space-up.log"
         self.seen: set[str] = set()
         self._pg = PgDatabase(pg_url, f"space_e2e_{self.tag}") if pg_url else None
@@ -109,6 +110,7 @@ class SpaceServer:
             SPACE_NODE_NET_PREFIX=self.net_prefix,
             SPACE_POOL_SIZE="16G",
             SPACE_BOOTSTRAP_KEY=self.key,
+            SPACE_INGRESS_PORT=str(self.ingress_port),
         )
         if self._pg is not None:
             env["SPACE_DATABASE_URL"] = self._pg.url

@@ -80,6 +80,19 @@ class CreateSandbox(Strict):
     env: Env = Field(default_factory=dict)
     metadata: Metadata = Field(default_factory=dict)
     network: dict[str, Any] | None = None
+    allow_public_traffic: bool = Field(
+        default=True,
+        description="false: the sandbox's URLs require its traffic access token "
+        "(header `e2b-traffic-access-token`)",
+    )
+
+
+class IngressOut(BaseModel):
+    url: str = Field(description="the sandbox's URL for a guest port: replace `{port}`")
+    public: bool
+    traffic_access_token: str | None = Field(
+        description="what a private sandbox's URLs require in `e2b-traffic-access-token`"
+    )
 
 
 class SandboxOut(BaseModel):
@@ -95,6 +108,9 @@ class SandboxOut(BaseModel):
     idle_timeout: int
     created_at: datetime
     last_activity_at: datetime
+    ingress: IngressOut | None = Field(
+        default=None, description="sandbox URLs (shown by create and get)"
+    )
 
 
 class TimeoutBody(Strict):

@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any
 
 from space import faults
+from space.node import ingress
 from space.node.agent import AgentClient, AgentProcess
 from space.node.agentops import AgentOps, OsErrorWatch
 from space.node.catalog import TemplateCatalog
@@ -250,6 +251,14 @@ class LocalNode:
     async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
         self.sandbox(sandbox_id)  # SandboxNotFound if this node does not hold it
         return self._host.egress.audit(sandbox_id, limit)
+
+    async def open_port(
+        self, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        sandbox = self.sandbox(sandbox_id)
+        if sandbox.state != "running":
+            raise SandboxUnavailable(sandbox_id, sandbox.state, "only a running sandbox is reached")
+        return await ingress.open_port(self._host.net.netns_name(sandbox.record.slot), port)
 
     async def templates(self) -> list[str]:
         """Names of the templates this node can run."""

@@ -7,6 +7,7 @@ what it raises in `errors`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, Protocol
 
@@ -85,6 +86,14 @@ class NodeClient(Protocol):
     async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
         """The sandbox's newest `limit` egress decisions, newest first (the node keeps a
         bounded ring of them)."""
+        ...
+
+    async def open_port(
+        self, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A TCP connection to `port` of the guest, opened from inside the sandbox's
+        network namespace (ingress); `ConnectionError` when nothing listens there,
+        `SandboxUnavailable` unless the sandbox is running."""
         ...
 
     # -- file system and processes beyond whole-file I/O (the E2B front uses these) --

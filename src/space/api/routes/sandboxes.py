@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
+from space.api import ingress_names
 from space.api.deps import PrincipalDep, SandboxDep, StateDep
 from space.api.sandbox_service import SandboxRequest, rendered
-from space.api.schemas import CreateSandbox, SandboxList, SandboxOut
+from space.api.schemas import CreateSandbox, IngressOut, SandboxList, SandboxOut
+from space.config import Settings
 from space.control.expiry import expires_at
 from space.store.models import Sandbox
 
@@ -31,6 +33,19 @@ def to_out(row: Sandbox) -> SandboxOut:
     )
 
 
+def with_ingress(row: Sandbox, settings: Settings) -> SandboxOut:
+    """The row's shape with its URL pattern (and token when private)."""
+    config = settings.ingress
+    private = ingress_names.is_private(row.meta)
+    token = ingress_names.traffic_token(config, settings.data_dir, row.id) if private else None
+    ingress = IngressOut(
+        url=ingress_names.url_pattern(config, row.id),
+        public=not private,
+        traffic_access_token=token,
+    )
+    return to_out(row).model_copy(update={"ingress": ingress})
+
+
 @router.post("", status_code=201)
 async def create_sandbox(
     body: CreateSandbox, principal: PrincipalDep, state: StateDep
@@ -42,10 +57,17 @@ async def create_sandbox(
         on_timeout=body.on_timeout,
         idle_timeout=body.idle_timeout,
         env=body.env,
-        metadata=body.metadata,
+        metadata=_marked(body),
         network=body.network,
     )
-    return to_out(await state.sandboxes.create(principal, request))
+    return with_ingress(await state.sandboxes.create(principal, request), state.settings)
+
+
+def _marked(body: CreateSandbox) -> dict[str, str]:
+    """The metadata, marked private when `allow_public_traffic` is false."""
+    if body.allow_public_traffic:
+        return body.metadata
+    return body.metadata | {ingress_names.PRIVATE_KEY: ingress_names.PRIVATE_VALUE}
 
 
 @router.get("")
@@ -54,8 +76,8 @@ async def list_sandboxes(principal: PrincipalDep, state: StateDep) -> SandboxLis
 
 
 @router.get("/{sandbox_id}")
-async def get_sandbox(sandbox: SandboxDep) -> SandboxOut:
-    return to_out(sandbox)
+async def get_sandbox(sandbox: SandboxDep, state: StateDep) -> SandboxOut:
+    return with_ingress(sandbox, state.settings)
 
 
 @router.delete("/{sandbox_id}", status_code=204)

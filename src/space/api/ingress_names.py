@@ -1,0 +1,87 @@
+"""What a sandbox URL is: `<port>-<sandbox id>.<domain>`, who may use it, and its token.
+
+A sandbox is private when its metadata carries `space.traffic: private` (the `/v1`
+create option `allow_public_traffic: false` sets it; the E2B front maps its
+`allowPublicTraffic: false` to the same key). A private sandbox's traffic access
+token is an HMAC of its id under the ingress secret: nothing is stored, every
+replica sharing the secret derives the same token, and it dies with the sandbox id.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from space.config import IngressConfig
+
+#: The metadata key (and value) that makes a sandbox's URLs require its token.
+PRIVATE_KEY, PRIVATE_VALUE = "space.traffic", "private"
+#: The request header carrying the token (E2B's name, so its SDK and docs apply).
+TOKEN_HEADER = "e2b-traffic-access-token"
+
+_LABEL = re.compile(r"^([0-9]{1,5})-([a-z0-9][a-z0-9-]{0,39})$")
+
+
+@dataclass(frozen=True)
+class Target:
+    sandbox_id: str
+    port: int
+
+
+def parse_host(host: str, domain: str) -> Target | None:
+    """The sandbox and port a Host header names under `domain` (ports compared
+    only when the domain carries one), or None."""
+    host = host.strip().lower().rstrip(".")
+    label, dot, rest = host.partition(".")
+    if not dot or not _domain_matches(rest, domain):
+        return None
+    found = _LABEL.fullmatch(label)
+    if found is None or not 0 < int(found[1]) < 65536:
+        return None
+    return Target(found[2], int(found[1]))
+
+
+def _domain_matches(rest: str, domain: str) -> bool:
+    if ":" in domain:
+        return rest == domain
+    return rest.partition(":")[0] == domain
+
+
+def url_pattern(config: IngressConfig, sandbox_id: str) -> str:
+    return f"http://{{port}}-{sandbox_id}.{config.domain}"
+
+
+def is_private(metadata: dict[str, str]) -> bool:
+    return metadata.get(PRIVATE_KEY) == PRIVATE_VALUE
+
+
+def traffic_token(config: IngressConfig, data_dir: Path, sandbox_id: str) -> str:
+    key = _secret(config.token_secret, data_dir)
+    return hmac.new(key, b"traffic:" + sandbox_id.encode(), hashlib.sha256).hexdigest()[:40]
+
+
+def token_matches(config: IngressConfig, data_dir: Path, sandbox_id: str, given: str) -> bool:
+    return hmac.compare_digest(traffic_token(config, data_dir, sandbox_id), given)
+
+
+@functools.cache
+def _secret(configured: str | None, data_dir: Path) -> bytes:
+    """The configured secret, else the one in (or newly written into) the data dir."""
+    if configured:
+        return configured.encode()
+    path = data_dir / "ingress-token.key"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process won the race
+            return path.read_bytes().strip()
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secrets.token_urlsafe(48).encode())
+    return path.read_bytes().strip()
