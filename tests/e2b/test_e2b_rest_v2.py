@@ -8,6 +8,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from space.config import Settings
 from tests.conftest import ServerThread
 from tests.control.fakes import FakeNode
 
@@ -45,3 +46,29 @@ def test_refusals_and_org_scope(
     alias = httpx.get(f"{server.url}/templates/aliases/nope", headers=acme)
     assert (alias.status_code, alias.json()["code"]) == (404, 404)
     assert httpx.get(f"{server.url}/templates/aliases/base").status_code == 401
+
+
+def test_a_private_sandbox_gets_the_ingress_domain_and_a_traffic_token(
+    server: ServerThread, settings: Settings, make_key: Callable[..., str]
+) -> None:
+    acme = {"X-API-KEY": make_key("acme")}
+    private = httpx.post(
+        f"{server.url}/v2/sandboxes",
+        json={"templateID": "base", "network": {"allowPublicTraffic": False}},
+        headers=acme,
+    )
+    public = httpx.post(f"{server.url}/v2/sandboxes", json={"templateID": "base"}, headers=acme)
+    assert private.status_code == public.status_code == 201, (private.text, public.text)
+    domain = settings.ingress.domain
+    assert private.json()["domain"] == public.json()["domain"] == domain  # `get_host`'s domain
+    token = private.json()["trafficAccessToken"]
+    assert token and public.json()["trafficAccessToken"] is None
+    v1 = httpx.get(
+        f"{server.url}/v1/sandboxes/{private.json()['sandboxID']}",
+        headers={"Authorization": f"Bearer {acme['X-API-KEY']}"},
+    )
+    assert v1.json()["ingress"] == {
+        "url": f"http://{{port}}-{private.json()['sandboxID']}.{domain}",
+        "public": False,
+        "traffic_access_token": token,
+    }

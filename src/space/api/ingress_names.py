@@ -66,6 +66,13 @@ def traffic_token(config: IngressConfig, data_dir: Path, sandbox_id: str) -> str
     return hmac.new(key, b"traffic:" + sandbox_id.encode(), hashlib.sha256).hexdigest()[:40]
 
 
+def private_token(
+    config: IngressConfig, data_dir: Path, sandbox_id: str, metadata: dict[str, str]
+) -> str | None:
+    """The traffic token of a private sandbox; None for a public one."""
+    return traffic_token(config, data_dir, sandbox_id) if is_private(metadata) else None
+
+
 def token_matches(config: IngressConfig, data_dir: Path, sandbox_id: str, given: str) -> bool:
     return hmac.compare_digest(traffic_token(config, data_dir, sandbox_id), given)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import shutil
 import time
 from collections.abc import AsyncIterable, AsyncIterator
@@ -51,6 +52,9 @@ from space.seam.values import (
 from space.tasks import spawn
 
 DEFAULT_TEMPLATE = "base"
+
+
+log = logging.getLogger(__name__)
 
 
 class LocalNode:
@@ -218,8 +222,10 @@ class LocalNode:
             try:
                 await snapshotter.driver.resume(vm)
                 return
-            except VmmError:
-                pass
+            except VmmError as exc:
+                log.error("sandbox %s: its VM did not run again: %s", sandbox.sandbox_id, exc)
+                sandbox.state = "error"  # unless a previous snapshot keeps it below
+                sandbox.reason = f"suspend failed and its VM did not run again: {exc}"
         if snapshotter.store.latest(sandbox.record.slot) is not None:
             await sandbox.close()
             await snapshotter.driver.stop(vm)

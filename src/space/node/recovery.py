@@ -23,9 +23,12 @@ from space.node.host import NodeHost
 from space.node.network.netns import SandboxNetwork
 from space.node.records import SandboxRecord
 from space.node.sandbox import Sandbox
+from space.node.vmm.base import VmHandle, VmmError
 from space.tasks import spawn
 
 log = logging.getLogger(__name__)
+
+RESUME_ATTEMPTS = 4
 
 
 class Recovery:
@@ -68,22 +71,24 @@ class Recovery:
             if vm is not None:  # a restore cut short, or a suspend before its VM ended
                 log.info("sandbox %s: ending the VM of a suspended record", record.sandbox_id)
                 await snapshotter.driver.stop(vm)
-            if snapshotter.store.latest(record.slot) is not None:
-                await asyncio.to_thread(self._host.net.delete, record.slot)
-                shutil.rmtree(self._host.run_dir / record.slot, ignore_errors=True)
-                if not record.suspended:
-                    self._host.save(sandbox, record.with_power(suspended=True))
-                sandbox.state = "suspended"  # restorable from its last sealed snapshot
-                return
-            sandbox.state = "stopped"
-            sandbox.reason = "its VM was not running when the node started"
+            if not await self._restorable(sandbox):
+                sandbox.state = "stopped"
+                sandbox.reason = "its VM was not running when the node started"
             return
         sandbox.watch(vm)
         if record.paused:
             await snapshotter.driver.pause(vm)  # a resume cut short before its record
             sandbox.state = "paused"
             return
-        await snapshotter.driver.resume(vm)  # finishes an interrupted suspend or pause
+        try:
+            await self._resume(vm)  # finishes an interrupted suspend or pause
+        except VmmError:
+            await sandbox.close()
+            await snapshotter.driver.stop(vm)
+            sandbox.vm = None
+            if await self._restorable(sandbox):
+                return
+            raise
         settings = self._config
         sandbox.state = "creating"  # until its agent answers; the node serves meanwhile
 
@@ -118,6 +123,33 @@ class Recovery:
                     pause = min(pause * 2, settings.backoff_max)
 
         sandbox.adoption = spawn(handshake(), name=f"adopt-{record.sandbox_id}")
+
+    async def _resume(self, vm: VmHandle) -> None:
+        """`cont` the adopted VM, retried a few times: a QEMU that saved its state
+        re-takes its disk's locks on `cont`, and a holder may still be letting go."""
+        driver = self._host.ready_snapshotter().driver
+        for attempt in range(RESUME_ATTEMPTS):
+            try:
+                await driver.resume(vm)
+                return
+            except VmmError as exc:
+                if attempt == RESUME_ATTEMPTS - 1:
+                    raise
+                log.warning("vm %s did not resume (%s), retrying", vm.config.vm_id, exc)
+                await asyncio.sleep(self._config.backoff * (attempt + 1))
+
+    async def _restorable(self, sandbox: Sandbox) -> bool:
+        """With a sealed snapshot, the sandbox is `suspended` (its live resources go);
+        False without one."""
+        record = sandbox.record
+        if self._host.ready_snapshotter().store.latest(record.slot) is None:
+            return False
+        await asyncio.to_thread(self._host.net.delete, record.slot)
+        shutil.rmtree(self._host.run_dir / record.slot, ignore_errors=True)
+        if not record.suspended:
+            self._host.save(sandbox, record.with_power(suspended=True))
+        sandbox.state = "suspended"  # restorable from its last sealed snapshot
+        return True
 
     async def _remove_orphans(self, known: set[str]) -> None:
         driver = self._host.ready_driver()

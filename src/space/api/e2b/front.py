@@ -7,12 +7,14 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from space.api import ingress_names
 from space.api.deps import StateDep
 from space.api.e2b.config import E2bConfig, load_secret
 from space.api.e2b.routing import EnvdTarget, resolve
 from space.api.e2b.tokens import AccessTokens
 from space.api.e2b.watchers import Watchers
 from space.config import Settings
+from space.store.models import Sandbox
 
 
 class E2bFront:
@@ -22,6 +24,12 @@ class E2bFront:
             load_secret(self.config, settings.data_dir), ttl=settings.keys.token_ttl
         )
         self.watchers = Watchers(queue_size=self.config.stream_queue)
+        self.domain = self.config.domain or settings.ingress.domain  # what `get_host` uses
+        self._ingress, self._data_dir = settings.ingress, settings.data_dir
+
+    def traffic_token(self, row: Sandbox) -> str | None:
+        """The token a private sandbox's URLs require (None: its URLs are public)."""
+        return ingress_names.private_token(self._ingress, self._data_dir, row.id, dict(row.meta))
 
     async def aclose(self) -> None:
         await self.watchers.aclose()

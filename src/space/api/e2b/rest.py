@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
+from space.api import ingress_names
 from space.api.deps import StateDep, authenticate
 from space.api.e2b import metrics
 from space.api.e2b.errors import E2bError, E2bRoute
@@ -67,6 +68,18 @@ def visible(state: AppState, principal: Principal, sandbox_id: str) -> Sandbox:
     return row
 
 
+PRIVATE = {ingress_names.PRIVATE_KEY: ingress_names.PRIVATE_VALUE}
+
+
+def _sandbox_answer(
+    front: E2bFront, principal: Principal, row: Sandbox, status: int
+) -> JSONResponse:
+    """E2B's `Sandbox` with a fresh envd token (and the traffic token of a private one)."""
+    token = front.tokens.issue(row.id, principal.key_id)
+    body = sandbox_json(row, token, front.domain, front.traffic_token(row))
+    return JSONResponse(body, status_code=status)
+
+
 @router.post("/sandboxes", status_code=201)
 async def create(
     body: NewSandboxIn, principal: PrincipalDep, state: StateDep, front: FrontDep
@@ -85,13 +98,12 @@ async def create_sandbox(
         timeout=body.timeout or None,
         on_timeout="suspend" if body.auto_pause else "kill",
         env=body.env_vars,
-        metadata=body.metadata,
+        metadata=body.metadata | (PRIVATE if body.private else {}),
         network=body.network_policy(),
     )
     created = await state.sandboxes.create(principal, request)
     row = visible(state, principal, created.id)
-    token = front.tokens.issue(row.id, principal.key_id)
-    return JSONResponse(sandbox_json(row, token, front.config.domain), status_code=201)
+    return _sandbox_answer(front, principal, row, 201)
 
 
 @router.get("/sandboxes/{sandbox_id}")
@@ -183,8 +195,7 @@ async def connect_sandbox(
     row = await wake(state, principal, sandbox_id, body.timeout, extend_only=True)
     status = 200 if row is None else 201
     row = row or visible(state, principal, sandbox_id)
-    token = front.tokens.issue(row.id, principal.key_id)
-    return JSONResponse(sandbox_json(row, token, front.config.domain), status_code=status)
+    return _sandbox_answer(front, principal, row, status)
 
 
 @router.post("/sandboxes/{sandbox_id}/resume", status_code=201)
@@ -195,8 +206,7 @@ async def resume(
     row = await wake(state, principal, sandbox_id, body.timeout, extend_only=False)
     if row is None:
         raise E2bError(409, f"sandbox {sandbox_id} is already running")
-    token = front.tokens.issue(row.id, principal.key_id)
-    return JSONResponse(sandbox_json(row, token, front.config.domain), status_code=201)
+    return _sandbox_answer(front, principal, row, 201)
 
 
 @router.post("/sandboxes/{sandbox_id}/timeout", status_code=204)

@@ -66,7 +66,7 @@ class NetworkIn(EgressIn):
 
     def unsupported(self) -> str | None:
         if self.https_ports:
-            return "network.httpsPorts: SPACE has no sandbox URLs (ingress) to serve them"
+            return "network.httpsPorts: SPACE's sandbox URLs do not reach TLS guest servers yet"
         return super().unsupported()
 
 
@@ -96,6 +96,11 @@ class NewSandboxIn(_Body):
 
     def network_policy(self) -> dict[str, Any] | None:
         return egress_policy(self.allow_internet_access, self.network or NetworkIn())
+
+    @property
+    def private(self) -> bool:
+        """`network.allowPublicTraffic: false`: its URLs need the traffic access token."""
+        return self.network is not None and self.network.allow_public_traffic is False
 
 
 class AutoResumeIn(_Body):
@@ -194,7 +199,9 @@ def end_at(row: Sandbox) -> datetime:
     return row.last_activity_at + timedelta(seconds=row.idle_timeout_seconds)
 
 
-def sandbox_json(row: Sandbox, token: str, domain: str | None) -> dict[str, Any]:
+def sandbox_json(
+    row: Sandbox, token: str, domain: str | None, traffic_token: str | None
+) -> dict[str, Any]:
     """E2B's `Sandbox` (what create, connect and resume answer)."""
     return {
         "clientID": CLIENT_ID,
@@ -204,7 +211,7 @@ def sandbox_json(row: Sandbox, token: str, domain: str | None) -> dict[str, Any]
         "alias": row.template,
         "domain": domain,
         "envdAccessToken": token,
-        "trafficAccessToken": None,
+        "trafficAccessToken": traffic_token,
     }
 
 

@@ -36,11 +36,10 @@ def to_out(row: Sandbox) -> SandboxOut:
 def with_ingress(row: Sandbox, settings: Settings) -> SandboxOut:
     """The row's shape with its URL pattern (and token when private)."""
     config = settings.ingress
-    private = ingress_names.is_private(row.meta)
-    token = ingress_names.traffic_token(config, settings.data_dir, row.id) if private else None
+    token = ingress_names.private_token(config, settings.data_dir, row.id, row.meta)
     ingress = IngressOut(
         url=ingress_names.url_pattern(config, row.id),
-        public=not private,
+        public=token is None,
         traffic_access_token=token,
     )
     return to_out(row).model_copy(update={"ingress": ingress})

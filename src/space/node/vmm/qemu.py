@@ -23,7 +23,7 @@ from space.node.vmm.base import VmConfig, VmExited, VmHandle, VmmError, VmmUnava
 from space.node.vmm.jail import STATE_MARGIN, Jail, Jailer
 from space.node.vmm.process import ProcessWatch, process_matches, read_pid
 from space.node.vmm.qemu_args import QEMU_BINARY, DriveFds, qemu_argv
-from space.node.vmm.qemu_migration import load_state, save_state
+from space.node.vmm.qemu_migration import cancel_unfinished_save, load_state, save_state
 from space.node.vmm.qmp import QmpClient, QmpError
 from space.node.vmm.shared_memory import SharedMemory
 
@@ -207,7 +207,9 @@ class QemuDriver:
         await self._qmp(vm).execute("stop")
 
     async def resume(self, vm: VmHandle) -> None:
-        await self._qmp(vm).execute("cont")
+        qmp = self._qmp(vm)
+        await cancel_unfinished_save(qmp)
+        await qmp.execute("cont")
 
     async def stop(self, vm: VmHandle) -> None:
         """End the VMM (QMP `quit`, SIGKILL after a grace) and release its confinement,

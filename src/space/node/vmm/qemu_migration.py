@@ -76,3 +76,15 @@ async def _wait_for_migration(qmp: QmpClient, fd: int | None, max_bytes: int | N
             if status in ("failed", "cancelled"):
                 raise VmmError(f"migration {status}: {info.get('error-desc', 'no detail')}")
             await asyncio.sleep(0.005)
+
+
+UNFINISHED = frozenset({"setup", "active", "pre-switchover", "device", "cancelling"})
+
+
+async def cancel_unfinished_save(qmp: QmpClient) -> None:
+    """End a state save a failure or a crash left running (else it would stop the
+    guest again when it completes); a finished or absent one is left as it is."""
+    async with asyncio.timeout(MIGRATION_TIMEOUT):
+        while (await qmp.execute("query-migrate")).get("status") in UNFINISHED:
+            await qmp.execute("migrate_cancel")
+            await asyncio.sleep(0.05)
