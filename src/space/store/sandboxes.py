@@ -214,32 +214,25 @@ class SandboxRepo:
 
     def touch(self, sandbox_id: str) -> None:
         """Record activity (for idle suspend). Not a state mutation: no generation bump."""
-        self.session.execute(
-            update(Sandbox)
-            .where(Sandbox.id == sandbox_id)
-            .values(last_activity_at=utcnow())
-            .execution_options(synchronize_session=False)
-        )
+        self._set(sandbox_id, last_activity_at=utcnow())
 
     def set_timeout(self, sandbox_id: str, timeout_seconds: int | None) -> None:
         """Change the absolute lifetime (seconds after `created_at`). Not a state
         mutation: no generation bump."""
-        self.session.execute(
-            update(Sandbox)
-            .where(Sandbox.id == sandbox_id)
-            .values(timeout_seconds=timeout_seconds, updated_at=utcnow())
-            .execution_options(synchronize_session=False)
-        )
+        self._set(sandbox_id, timeout_seconds=timeout_seconds, updated_at=utcnow())
         with faults.operation("timeout", sandbox_id):
             faults.point("before_commit")
 
     def set_network(self, sandbox_id: str, network: dict[str, Any] | None) -> None:
         """Replace the egress policy the sandbox is (re)created with. Not a state
         mutation: no generation bump."""
+        self._set(sandbox_id, network=network, updated_at=utcnow())
+
+    def _set(self, sandbox_id: str, **values: Any) -> None:
         self.session.execute(
             update(Sandbox)
             .where(Sandbox.id == sandbox_id)
-            .values(network=network, updated_at=utcnow())
+            .values(**values)
             .execution_options(synchronize_session=False)
         )
 
