@@ -9,6 +9,9 @@ stable state (the one it started in, or where the operation leads, once the
 reconciler retries: a `fail` fires once) with its file and memory intact, and no
 host resource may be left without a sandbox. A create has no sandbox id to scope a
 failure to before it runs; its points are the kill matrix's (test_crash_points.py).
+Suspend's `mid_snapshot` and `after_clone` are known broken (`AFTER_A_COMPLETED_SAVE`
+there) and left out; a failure right after `migrate` cancels the save, so that point
+is in.
 One database suffices: what a failing node step leaves does not depend on it.
 """
 
@@ -31,6 +34,7 @@ from tests.crash.test_crash_points import (
 pytestmark = [pytest.mark.crash, pytest.mark.vm, pytest.mark.netns, pytest.mark.timeout(1800)]
 
 ON_SANDBOXES = [op for op in OPERATIONS if op.before is not None]
+FAIL_ONLY = {"suspend": ("after_qmp_migrate",)}  # a failure cancels the save before it completes
 ANSWERS = {200, 204, 409, 500, 502}  # done (a retry passed), refused, or the failure named
 
 
@@ -39,13 +43,14 @@ ANSWERS = {200, 204, 409, 500, 502}  # done (a retry passed), refused, or the fa
 def test_a_failing_step_leaves_the_sandbox_stable(
     crash_server: CrashServerFactory, operation: Operation
 ) -> None:
+    points = operation.points + FAIL_ONLY.get(operation.name, ())
     server = crash_server()
     server.start()
     with server.client() as http:
-        probes = [prepared(server, http, operation) for _ in operation.points]
+        probes = [prepared(server, http, operation) for _ in points]
     armed = [
         (f"{operation.name}.{point}", probe)
-        for point, probe in zip(operation.points, probes, strict=True)
+        for point, probe in zip(points, probes, strict=True)
         if probe is not None
     ]
     server.kill9()
@@ -56,7 +61,11 @@ def test_a_failing_step_leaves_the_sandbox_stable(
                 answer = start_operation(call, operation.name, probe)
             assert answer.status_code in ANSWERS, f"{step}: {answer.status_code} {answer.text}"
             assert server.alive(), f"{step} took the server down:\n{server.log_tail()}"
-            final = _settled(http, probe, operation)
+            try:
+                final = _settled(http, probe, operation)
+            except AssertionError as exc:
+                now = state_of(http, probe.sandbox_id)
+                raise AssertionError(f"{exc} (now {now})\n{server.log_tail(60)}") from exc
             told = answer.text + server.log_tail(400)
             assert f"fault injected at {step}" in told, f"{step} was never reached"
             if final != "gone":
