@@ -3,8 +3,7 @@
 The suite runs under pytest-xdist (`scripts/test`: `--dist loadgroup`). Tests go to
 workers one by one, except those sharing a module-scoped fixture (a `space up`
 server, a built image set), which `pytest_collection_modifyitems` pins to one worker
-per module so the fixture is made once; modules with crash and VM tests are
-collected first (they take longest). Session fixtures are made once per worker,
+per module so the fixture is made once. Session fixtures are made once per worker,
 on names of their own (a database per worker, throw-away nodes with random tags).
 """
 
@@ -38,23 +37,10 @@ ADMIN_KEY = "sk_test_admin_key_0123456789"
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that share a module-scoped fixture run on one worker (`xdist_group`), and
-    the longest modules (crash, then other VM tests) start first, so none of them is
-    left running alone at the end of a parallel run."""
+    """Tests that share a module-scoped fixture run on one worker (`xdist_group`)."""
     for item in items:
         if isinstance(item, pytest.Function) and _uses_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-    weight: dict[str, int] = {}
-    for item in items:
-        module = item.nodeid.partition("::")[0]
-        weight[module] = min(weight.get(module, 2), _weight(item))
-    items.sort(key=lambda item: weight[item.nodeid.partition("::")[0]])
-
-
-def _weight(item: pytest.Item) -> int:
-    if item.get_closest_marker("crash") is not None:
-        return 0
-    return 1 if item.get_closest_marker("vm") is not None else 2
 
 
 def _uses_module_fixture(item: pytest.Function) -> bool:
