@@ -41,14 +41,6 @@ RESTORE_POINTS = (
 )
 
 
-# Known broken, not exercised (issue 16 stays open on them): once QEMU has finished
-# saving the state, its disks are inactive and `cont` fails to re-take their locks
-# ("Failed to get shared 'write' lock"), so a suspend that dies or fails between the
-# completed save and the sealed snapshot leaves the sandbox in `error`. A kill right
-# after `migrate` lands there whenever QEMU completes the save before the restart.
-AFTER_A_COMPLETED_SAVE = ("after_qmp_migrate", "mid_snapshot", "after_clone")
-
-
 @dataclass(frozen=True)
 class Operation:
     name: str
@@ -71,6 +63,9 @@ OPERATIONS = [
             "after_commit",
             "before_qmp_stop",
             "before_qmp_migrate",
+            "after_qmp_migrate",
+            "mid_snapshot",
+            "after_clone",
             "after_seal",
             "before_qmp_quit",
             "after_qmp_quit",

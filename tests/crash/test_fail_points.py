@@ -9,9 +9,6 @@ stable state (the one it started in, or where the operation leads, once the
 reconciler retries: a `fail` fires once) with its file and memory intact, and no
 host resource may be left without a sandbox. A create has no sandbox id to scope a
 failure to before it runs; its points are the kill matrix's (test_crash_points.py).
-Suspend's `mid_snapshot` and `after_clone` are known broken (`AFTER_A_COMPLETED_SAVE`
-there) and left out; a failure right after `migrate` cancels the save, so that point
-is in.
 One database suffices: what a failing node step leaves does not depend on it.
 """
 
@@ -34,7 +31,6 @@ from tests.crash.test_crash_points import (
 pytestmark = [pytest.mark.crash, pytest.mark.vm, pytest.mark.netns, pytest.mark.timeout(1800)]
 
 ON_SANDBOXES = [op for op in OPERATIONS if op.before is not None]
-FAIL_ONLY = {"suspend": ("after_qmp_migrate",)}  # a failure cancels the save before it completes
 ANSWERS = {200, 204, 409, 500, 502}  # done (a retry passed), refused, or the failure named
 
 
@@ -43,7 +39,7 @@ ANSWERS = {200, 204, 409, 500, 502}  # done (a retry passed), refused, or the fa
 def test_a_failing_step_leaves_the_sandbox_stable(
     crash_server: CrashServerFactory, operation: Operation
 ) -> None:
-    points = operation.points + FAIL_ONLY.get(operation.name, ())
+    points = operation.points
     server = crash_server()
     server.start()
     with server.client() as http:

@@ -208,6 +208,8 @@ class LocalNode:
         try:
             await sandbox.close()
             await snapshotter.driver.stop(vm)  # ends the VM even when a step fails
+        except Exception as exc:  # suspended all the same: its snapshot is sealed
+            log.warning("sandbox %s: ending its VM after the snapshot: %s", sandbox_id, exc)
         finally:
             sandbox.vm = None
             await asyncio.to_thread(self._host.net.delete, sandbox.record.slot)
