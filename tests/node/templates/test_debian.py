@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from space.node.templates import debian
 from space.node.templates.debian import AptSource, host_sources
 from space.node.templates.errors import BuildError
 
@@ -67,3 +68,58 @@ def test_no_source_for_the_suite_is_an_error(tmp_path: Path) -> None:
     etc = _etc(tmp_path, {"sources.list": "deb http://m.example/debian trixie main\n"})
     with pytest.raises(BuildError, match="no apt source for suite 'bookworm'"):
         host_sources("bookworm", etc)
+
+
+def _counting_apt(monkeypatch: pytest.MonkeyPatch, index: str) -> list[str]:
+    """apt-cache answers (counted) for any package, with the package index `index`."""
+    asked: list[str] = []
+
+    def fake_run(cmd: object, **_: object) -> bytes:
+        asked.append(str(cmd))
+        return b"Package: hello\nVersion: 2.10-3\nDepends: libc6 (>= 2.34)\n"
+
+    debian._apt_show.cache_clear()
+    monkeypatch.setattr(debian, "run", fake_run)
+    monkeypatch.setattr(debian, "index_digest", lambda: index)
+    return asked
+
+
+def test_a_restarted_process_finds_apt_answers_in_the_memo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = _counting_apt(monkeypatch, "idx1")
+    first = debian.package_fields("hello", tmp_path)
+    debian._apt_show.cache_clear()  # as in a new process
+    assert (
+        debian.package_fields("hello", tmp_path)
+        == first
+        == {
+            "Package": "hello",
+            "Version": "2.10-3",
+            "Depends": "libc6 (>= 2.34)",
+        }
+    )
+    assert len(asked) == 1
+
+
+def test_a_new_package_index_asks_apt_again_and_forgets_the_old_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = _counting_apt(monkeypatch, "idx1")
+    debian.package_fields("hello", tmp_path)
+    monkeypatch.setattr(debian, "index_digest", lambda: "idx2")
+    debian.package_fields("hello", tmp_path)
+    assert len(asked) == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["idx2"]
+
+
+def test_a_damaged_memo_entry_is_asked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = _counting_apt(monkeypatch, "idx1")
+    (tmp_path / "idx1").mkdir()
+    (tmp_path / "idx1" / "hello.json").write_text('{"Version": ')
+    assert debian.package_fields("hello", tmp_path)["Version"] == "2.10-3"
+    assert len(asked) == 1
+    assert debian.package_fields("hello", tmp_path)["Version"] == "2.10-3"
+    assert len(asked) == 1

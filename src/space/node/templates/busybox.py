@@ -24,7 +24,7 @@ class Busybox:
 
 def fetch_busybox(cache: Cache) -> Busybox:
     """The candidate busybox-static, downloaded once per version."""
-    version = debian.package_fields(BUSYBOX_PACKAGE)["Version"]
+    version = debian.package_fields(BUSYBOX_PACKAGE, cache.root / debian.APT_MEMO)["Version"]
     key = digest_of(
         "busybox", {"version": version, "src": source_digests(__name__, debian.__name__)}
     )

@@ -90,19 +90,19 @@ def extract_vmlinux(bzimage: bytes) -> bytes:
     return decompress_payload(bzimage[payload.offset : payload.offset + payload.length])
 
 
-def _versioned_package() -> tuple[str, str]:
-    depends = debian.package_fields(KERNEL_PACKAGE).get("Depends", "")
+def _versioned_package(memo: Path) -> tuple[str, str]:
+    depends = debian.package_fields(KERNEL_PACKAGE, memo).get("Depends", "")
     for alternative in depends.split(","):
         name = alternative.split("(")[0].strip()
         if name.startswith("linux-image-"):
-            return name, debian.package_fields(name)["Version"]
+            return name, debian.package_fields(name, memo)["Version"]
     raise BuildError(f"{KERNEL_PACKAGE} depends on no linux-image-* package: {depends!r}")
 
 
 def build_kernel(cache: Cache, report: Reporter) -> KernelArtifact:
     """Two steps, `kernel` and `modules`: a cached vmlinux and the guest's modules."""
     report.begin("kernel")
-    package, version = _versioned_package()
+    package, version = _versioned_package(cache.root / debian.APT_MEMO)
     release = package.removeprefix("linux-image-")
     key = digest_of(
         "kernel",
