@@ -171,6 +171,7 @@ def _local_node(settings: Settings) -> LocalNode:
             io_iops_per_vcpu=vmm.io_iops_per_vcpu,
         ),
         console_log_bytes=settings.output.console_log_bytes,
+        agent_timeout=settings.timeouts.agent,
         vmm=vmm.driver,
         recovery=settings.recovery,
     )
@@ -190,6 +191,7 @@ def local_node(
     egress: EgressConfig | None = None,
     jail: JailConfig | None = None,
     console_log_bytes: int = 4 << 20,
+    agent_timeout: float | None = None,
     vmm: str = "qemu",
     recovery: RecoveryConfig | None = None,
 ) -> LocalNode:
@@ -205,6 +207,7 @@ def local_node(
     from space.node.network.netns import NetworkManager
     from space.node.provision import Provisioning
     from space.node.recovery import Recovery
+    from space.node.sandbox import AGENT_TIMEOUT
     from space.node.vmm.factory import driver_maker
     from space.node.vmm.jail import JailConfig
     from space.node.warm import WarmPools
@@ -220,6 +223,7 @@ def local_node(
         driver=driver,
         progress=progress,
         console_log_bytes=console_log_bytes,
+        agent_timeout=AGENT_TIMEOUT if agent_timeout is None else agent_timeout,
     )
     templates = TemplateCatalog(cache_dir, progress)
     metrics = NodeMetrics(lambda: [*host.sandboxes.values(), *warm.entries()])

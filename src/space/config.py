@@ -39,7 +39,8 @@ class TimeoutConfig(BaseSettings):
     """Default deadlines in seconds (`SPACE_TIMEOUT_CREATE`, ...).
 
     `idle` is the idle auto-suspend default; `SPACE_TIMEOUT_IDLE_BY_TEMPLATE`
-    (JSON, e.g. `{"base": 600}`) overrides it per template.
+    (JSON, e.g. `{"base": 600}`) overrides it per template. `agent` bounds how long a
+    booted or restored VM's guest agent may take to answer its first handshake.
     """
 
     model_config = SettingsConfigDict(env_prefix="SPACE_TIMEOUT_", extra="ignore")
@@ -47,6 +48,7 @@ class TimeoutConfig(BaseSettings):
     create: float = Field(default=120.0, gt=0)
     exec: float = Field(default=300.0, gt=0)
     node_call: float = Field(default=60.0, gt=0)
+    agent: float = Field(default=120.0, gt=0)
     idle: int = Field(default=6 * 3600, gt=0)
     idle_by_template: dict[str, PositiveInt] = Field(default_factory=dict)
 

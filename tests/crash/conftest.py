@@ -3,7 +3,7 @@
 `crash_server` is a factory like the e2e `space_server`: each server has its own
 data dir, run dir, namespace prefix, port and (PostgreSQL) database, a short
 reconcile interval, no warm pool (so every VM on the host belongs to a sandbox
-row) and a create deadline for a loaded host. Missing prerequisites fail the
+row) and create and agent deadlines for a loaded host. Missing prerequisites fail the
 test: these tests are the proof of issue 16.
 """
 
@@ -43,7 +43,9 @@ def crash_server(database: str) -> Iterator[CrashServerFactory]:
         settings = {
             "SPACE_CONTROLLER_RECONCILE_INTERVAL": str(RECONCILE_INTERVAL),
             "SPACE_NODE_WARM_POOL": "{}",
-            "SPACE_TIMEOUT_CREATE": "600",  # TCG on cores shared with other suites: slow, not stuck
+            # TCG on cores shared with other suites: slow, not stuck
+            "SPACE_TIMEOUT_CREATE": "600",
+            "SPACE_TIMEOUT_AGENT": "600",
             **env,
         }
         server = SpaceServer(root, pg_url=PG_URL if database == "pg" else None, **settings)

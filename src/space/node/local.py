@@ -181,7 +181,7 @@ class LocalNode:
         await self._host.ready_driver().resume(_vm(sandbox))
         self._host.save(sandbox, sandbox.record.with_power())
         if sandbox.agent is None:  # adopted while paused by a restarted node
-            await sandbox.connect_agent()
+            await sandbox.connect_agent(self._host.agent_timeout)
             await self._host.rejoin_gateway(sandbox)
             sandbox.state = "running"
         else:

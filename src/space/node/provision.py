@@ -23,7 +23,7 @@ from space.node.host import NodeHost
 from space.node.metrics import NodeMetrics
 from space.node.network.netns import SandboxNetwork
 from space.node.records import SandboxRecord
-from space.node.sandbox import AGENT_TIMEOUT, Sandbox
+from space.node.sandbox import Sandbox
 from space.node.templates import TemplateImage
 from space.seam.errors import BootFailed
 from space.seam.values import SandboxObservation, SandboxSpec
@@ -89,7 +89,7 @@ class Provisioning:
         vm = await driver.boot(self._host.vm_config(sandbox.record, network))
         sandbox.watch(vm)
         try:
-            await sandbox.connect_agent()
+            await sandbox.connect_agent(self._host.agent_timeout)
         except AgentError as exc:
             raise BootFailed(sandbox.sandbox_id, str(exc), _tail(vm.config.console_log)) from exc
         await sandbox.personalise()
@@ -138,7 +138,7 @@ class Provisioning:
         vm = await snapshotter.start_from(snapshot, config)
         sandbox.watch(vm)
         try:
-            await sandbox.connect_agent()
+            await sandbox.connect_agent(self._host.agent_timeout)
         except AgentError as exc:
             raise BootFailed(sandbox.sandbox_id, str(exc), _tail(vm.config.console_log)) from exc
         await sandbox.personalise()
@@ -178,7 +178,7 @@ class Provisioning:
             )
             vm = await snapshotter.driver.boot(config)
             try:
-                agent = await AgentClient.connect(config.agent_socket, timeout=AGENT_TIMEOUT)
+                agent = await AgentClient.connect(config.agent_socket, timeout=host.agent_timeout)
                 await agent.close()
                 return await snapshotter.capture(vm, key, {"template": image.name})
             finally:

@@ -70,7 +70,7 @@ class Sandbox:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(task), timeout)
 
-    async def connect_agent(self, timeout: float = AGENT_TIMEOUT) -> AgentClient:
+    async def connect_agent(self, timeout: float) -> AgentClient:
         assert self.vm is not None
         self.agent = await AgentClient.connect(self.vm.config.agent_socket, timeout=timeout)
         return self.agent
