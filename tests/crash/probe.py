@@ -52,7 +52,10 @@ def plant(http: httpx.Client, sandbox_id: str) -> Probe:
         f"/v1/sandboxes/{sandbox_id}/files", params={"path": FILE}, content=probe.on_disk.encode()
     )
     assert put.status_code == 204, put.text
-    holder = f"v={probe.in_memory}; while :; do echo $v > {MEMORY}/held; sleep 1; done"
+    # Written by rename, so a reader never sees the file between truncate and write.
+    held = f"{MEMORY}/held"
+    write = f"echo $v >{held}.new && mv {held}.new {held}"
+    holder = f"v={probe.in_memory}; while :; do {write}; sleep 1; done"
     sh(
         http,
         sandbox_id,

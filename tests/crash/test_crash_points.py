@@ -1,8 +1,8 @@
 """Issue 16, "Must show" 1: `kill -9` at every injection point of every operation.
 
-One `space up` per operation holds one sandbox per injection point (on
-PostgreSQL: per point around the operation's commit, see `points_on`), each planted
-with a file and a value only its memory holds. For each point the server is
+On SQLite one `space up` per operation holds one sandbox per injection point; on
+PostgreSQL one server holds one per commit point of every operation (`points_on`).
+Each is planted with a file and a value only its memory holds. For each point the server is
 restarted with `SPACE_FAULTS=<op>.<point>=kill`, the operation is started on that
 point's sandbox, and the server must die there (the point was reached). Then it
 starts clean: once it serves (the node is ready), the sandbox must reach a stable
@@ -81,6 +81,9 @@ OPERATIONS = [
 ]
 
 
+Crashed = tuple[Operation, str, Probe | None]  # the operation, its sandbox, its probe
+
+
 def points_on(database: str, operation: Operation) -> tuple[str, ...]:
     """Every point on SQLite; on PostgreSQL the points around the operation's commit,
     the only steps whose outcome depends on the database (the rest is the node's)."""
@@ -89,20 +92,28 @@ def points_on(database: str, operation: Operation) -> tuple[str, ...]:
     return tuple(point for point in operation.points if point.endswith("_commit"))
 
 
-@pytest.mark.parametrize("operation", OPERATIONS, ids=lambda op: op.name)
+# SQLite: one server per operation, every point. PostgreSQL: one server for the
+# commit points of every operation (the rest is the node's, as on SQLite).
+MATRIX = [
+    *(pytest.param("sqlite", (op,), id=f"sqlite-{op.name}") for op in OPERATIONS),
+    pytest.param("pg", tuple(OPERATIONS), id="pg-commits", marks=pytest.mark.pg),
+]
+
+
+@pytest.mark.parametrize(("database", "operations"), MATRIX)
 def test_kill_9_at_every_point(
-    crash_server: CrashServerFactory, database: str, operation: Operation
+    crash_server: CrashServerFactory, database: str, operations: tuple[Operation, ...]
 ) -> None:
-    points = points_on(database, operation)
-    assert points, f"{operation.name} has no commit point to crash at on {database}"
+    crashes = [(op, point) for op in operations for point in points_on(database, op)]
+    for operation in operations:
+        assert points_on(database, operation), f"{operation.name}: no point on {database}"
     server = crash_server()
     server.start()
     with server.client() as http:
         survivors: dict[str, Probe | None] = {server.create(http, TEMPLATE): None}  # + base
-        probes = [prepared(server, http, operation) for _ in points]
-    crashed: str | None = None
-    previous: Probe | None = None
-    for point, probe in zip(points, probes, strict=True):
+        probes = [prepared(server, http, operation) for operation, _ in crashes]
+    crashed: Crashed | None = None
+    for (operation, point), probe in zip(crashes, probes, strict=True):
         # The restart after one crash is armed for the next; a point scoped to its
         # sandbox (`@id`) cannot fire in the reconciler finishing the previous one.
         # A create has no id yet: it is checked after a clean restart of its own.
@@ -111,15 +122,15 @@ def test_kill_9_at_every_point(
         server.kill9()
         server.start(faults=f"{step}{target}=kill")
         if crashed is not None:
-            survivors |= _recovered(server, operation, crashed, previous)
-        crashed, previous = _crash(server, operation, step, probe), probe
+            survivors |= _recovered(server, *crashed)
+        crashed = (operation, _crash(server, operation, step, probe), probe)
         if probe is None:
-            survivors |= _recovered(server, operation, crashed, None)
+            survivors |= _recovered(server, *crashed)
             crashed = None
     if crashed is not None:
         server.kill9()
         server.start()
-        survivors |= _recovered(server, operation, crashed, previous)
+        survivors |= _recovered(server, *crashed)
     with server.client() as http:
         for sandbox_id, kept in survivors.items():
             assert state_of(http, sandbox_id) in STABLE, sandbox_id
