@@ -19,6 +19,10 @@ class QmpError(VmmError):
     """QEMU answered a command with an error, or the monitor went away."""
 
 
+class QmpClosed(QmpError):
+    """The monitor connection ended (QEMU exited, or is exiting)."""
+
+
 class QmpClient:
     """One QMP session. Commands are serialised; asynchronous events are kept."""
 
@@ -63,7 +67,12 @@ class QmpClient:
                 await asyncio.wait_for(self._writer.drain(), QMP_TIMEOUT)
             except (OSError, TimeoutError) as exc:
                 raise QmpError(f"{command}: QMP connection lost ({exc})") from exc
-            reply = await self._reply(command)
+            try:
+                reply = await self._reply(command)
+            except QmpClosed:
+                if command != "quit":
+                    raise
+                reply = None  # QEMU ended before its answer reached us: the quit is done
         faults.point(f"after_qmp_{command}")
         return reply
 
@@ -114,8 +123,8 @@ class QmpClient:
         except TimeoutError as exc:
             raise QmpError("QMP did not answer in time") from exc
         except OSError as exc:
-            raise QmpError(f"QMP connection lost ({exc})") from exc
+            raise QmpClosed(f"QMP connection lost ({exc})") from exc
         if not line:
-            raise QmpError("QMP connection closed (VMM exited?)")
+            raise QmpClosed("QMP connection closed (VMM exited?)")
         message: dict[str, Any] = json.loads(line)
         return message
