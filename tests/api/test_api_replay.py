@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import func, select
 
 from space.api.app import create_app
 from space.api.eventlog import LogWriter, follow
@@ -17,6 +18,7 @@ from space.control.controller import Controller
 from space.seam.values import ProcessEvent
 from space.store.commands import CommandRepo
 from space.store.db import Database
+from space.store.models import Sandbox
 from tests.control.fakes import FakeNode
 
 
@@ -61,6 +63,18 @@ async def test_replay_after_restart(
     assert base64.b64decode(data["data"]) == b"line 1\n"
 
 
+async def _row_written(db: Database, timeout: float = 60.0) -> None:
+    """Until the create has written its row (the controller has something to do)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        with db.session() as session:
+            if session.scalar(select(func.count()).select_from(Sandbox)):
+                return
+        assert loop.time() < deadline, "the create wrote no sandbox row"
+        await asyncio.sleep(0.02)
+
+
 async def test_api_only_replica_waits_for_the_controller(
     settings: Settings, db: Database, make_key: object, fake_node: FakeNode
 ) -> None:
@@ -73,7 +87,7 @@ async def test_api_only_replica_waits_for_the_controller(
     async with httpx.AsyncClient(transport=transport, base_url="http://s", headers=headers) as http:
         async with asyncio.TaskGroup() as group:
             create = group.create_task(http.post("/v1/sandboxes", json={}))
-            await asyncio.sleep(0.2)
+            await _row_written(db)
             assert not create.done()
             await controller.reconcile_once()
         response = create.result()
