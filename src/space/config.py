@@ -226,6 +226,15 @@ class CredentialsConfig(BaseSettings):
     max_per_org: int = Field(default=1000, ge=1, le=100_000)
     max_grace: int = Field(default=7 * 86400, ge=0, le=365 * 86400)
 
+    def key_path(self, data_dir: Path) -> Path:
+        return self.key_file or data_dir / "credentials.key"
+
+    def placeholder_path(self, data_dir: Path) -> Path:
+        return self.placeholder_key_file or data_dir / "credentials-placeholder.key"
+
+    def audit_path(self, data_dir: Path) -> Path:
+        return self.audit_file or data_dir / "audit" / "credentials.jsonl"
+
 
 #: The shortest `SPACE_BOOTSTRAP_KEY` accepted (an admin key must not be guessable).
 MIN_BOOTSTRAP_KEY = 24

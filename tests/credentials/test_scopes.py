@@ -24,7 +24,7 @@ pytestmark = pytest.mark.credentials
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
 SECRET = b"s" * 32
-SANDBOX = SandboxRef(id="sbx_1", org_id="org_1", project_id="prj_a", template="base")
+SANDBOX = SandboxRef(id="sbx_1", org_id="org_1", project="prj_a", template="base")
 
 BASE = Binding(
     hosts=["api.github.com", "*.example.com"],
@@ -125,7 +125,7 @@ def test_a_project_narrowing_applies_to_its_project_only() -> None:
     narrowing = Narrowing("cred_1", "project", "prj_a", binding(hosts=["api.github.com"]))
     mine = view([credential()], [narrowing])
     assert mine.entries[0].binding.hosts == ["api.github.com"]
-    other = view([credential()], [narrowing], sandbox=replace(SANDBOX, project_id="prj_b"))
+    other = view([credential()], [narrowing], sandbox=replace(SANDBOX, project="prj_b"))
     assert other.entries[0].binding.hosts == BASE.hosts
     levels = {limit.key.level for limit in mine.entries[0].limits}
     assert levels == {"org", "project", "sandbox"}
@@ -134,7 +134,7 @@ def test_a_project_narrowing_applies_to_its_project_only() -> None:
 def test_a_project_credential_does_not_reach_another_project() -> None:
     scoped = credential(scope="project", target="prj_a")
     assert view([scoped]).entries
-    assert not view([scoped], sandbox=replace(SANDBOX, project_id="prj_b")).entries
+    assert not view([scoped], sandbox=replace(SANDBOX, project="prj_b")).entries
     assert not view([credential(org_id="org_2")]).entries
 
 

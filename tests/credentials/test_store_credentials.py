@@ -44,7 +44,7 @@ def setup(store: Database, keys: FileKeyProvider) -> tuple[str, str, SandboxRef]
             created_by="key_1",
             keys=keys,
         )
-        ref = SandboxRef(sandbox.id, org.id, project.id, "base")
+        ref = SandboxRef(sandbox.id, org.id, project.name, "base")
         return org.id, credential.id, ref
 
 
@@ -116,7 +116,7 @@ def test_the_view_version_follows_changes_that_reach_the_sandbox(
             cred_id,
             org_id,
             scope="project",
-            target=ref.project_id,
+            target=ref.project,
             binding=Binding(hosts=["api.github.com"], methods=["GET"]),
         )
     assert version() == 3

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
 
 Scope = Literal["org", "project", "template", "sandbox"]
 #: Broadest first: a binding at a later scope may only narrow one at an earlier.
@@ -171,6 +171,22 @@ Application = Annotated[
 ]
 
 
+AnyApplication = HeaderApply | BasicApply | PlaceholderApply | OAuth2Apply | SigV4Apply
+_APPLICATIONS: TypeAdapter[AnyApplication] = TypeAdapter(Application)
+
+
+def application_of(data: object) -> AnyApplication:
+    """An application read back from its JSON form."""
+    return _APPLICATIONS.validate_python(data)
+
+
+def scope_of(value: str) -> Scope:
+    for scope in SCOPES:
+        if scope == value:
+            return scope
+    raise ValueError(f"unknown scope {value!r}")
+
+
 @dataclass(frozen=True)
 class Credential:
     """A credential's metadata (never its value)."""
@@ -180,7 +196,7 @@ class Credential:
     name: str
     scope: Scope
     target: str | None  # the project id, template name or sandbox id; None for org
-    application: HeaderApply | BasicApply | PlaceholderApply | OAuth2Apply | SigV4Apply
+    application: AnyApplication
     binding: Binding
     policy: Policy
     version: int

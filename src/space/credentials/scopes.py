@@ -2,8 +2,9 @@
 
 A credential lives at one scope (org, project, template or sandbox) and reaches the
 sandboxes of its target. Bindings set at lower scopes narrow it, in the order org >
-project > template > sandbox: fewer hosts, methods and path prefixes, a lower rate.
-`narrow` refuses a binding that would widen, naming the field.
+project > template > sandbox: fewer hosts, methods and path prefixes, a lower rate;
+a field a narrowing leaves unset is inherited from the scope above. `narrow`
+refuses a binding that would widen, naming the field.
 
 `resolve` builds a sandbox's `CredentialView`: frozen, without values (the host
 side asks the store to `reveal` one), with a per-sandbox placeholder for each
@@ -48,7 +49,7 @@ class WideningError(ValueError):
 class SandboxRef:
     id: str
     org_id: str
-    project_id: str | None
+    project: str | None  # the project's name
     template: str
 
 
@@ -68,7 +69,11 @@ def host_matches(pattern: str, host: str) -> bool:
 
 
 def narrow(parent: Binding, child: Binding, field: str = "binding") -> Binding:
-    """`child`, once checked to grant nothing `parent` does not."""
+    """`child`, its unset fields taken from `parent`, once checked to grant nothing
+    `parent` does not."""
+    child = parent.model_copy(
+        update={name: getattr(child, name) for name in child.model_fields_set}
+    )
     for i, host in enumerate(child.hosts):
         if not any(host_within(host, wide) for wide in parent.hosts):
             raise WideningError(f"{field}.hosts.{i}", f"{host!r} is outside {parent.hosts}")
@@ -101,7 +106,7 @@ def reaches(scope: Scope, target: str | None, sandbox: SandboxRef) -> bool:
     """Whether something set at `scope` for `target` covers `sandbox`."""
     return {
         "org": True,
-        "project": target is not None and target == sandbox.project_id,
+        "project": target is not None and target == sandbox.project,
         "template": target == sandbox.template,
         "sandbox": target == sandbox.id,
     }[scope]
@@ -180,8 +185,8 @@ def _chain(
         for item in own:
             if item.scope == scope and reaches(scope, item.target, sandbox):
                 effective = narrow(effective, item.binding, f"{scope}:{item.target}")
-        if scope == "project" and sandbox.project_id is not None:
-            levels.append(("project", sandbox.project_id, effective))
+        if scope == "project" and sandbox.project is not None:
+            levels.append(("project", sandbox.project, effective))
     levels.append(("sandbox", sandbox.id, effective))
     return effective, levels
 

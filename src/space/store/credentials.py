@@ -225,7 +225,7 @@ class CredentialRepo:
                     credential_id=row.id,
                     scope=scope,
                     target=target,
-                    binding=binding.model_dump(mode="json"),
+                    binding=binding.model_dump(mode="json", exclude_unset=True),
                     updated_at=now,
                 )
             )
