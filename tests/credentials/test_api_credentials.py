@@ -261,3 +261,19 @@ async def test_an_org_holds_at_most_max_per_org(few: Settings, client: httpx.Asy
     assert answer.status_code == 429 and answer.json()["error"]["field"] == "credentials"
     duplicate = await client.post("/v1/credentials", json=body(name="A"))
     assert duplicate.status_code == 429
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"since": "0001-01-01T00:00:00+23:59"}, "since"),
+        ({"sandbox": "a\x00b"}, "sandbox"),
+        ({"decision": "x" * 65}, "decision"),
+        ({"limit": 0}, "limit"),
+    ],
+)
+async def test_bad_audit_filters_are_422s(
+    client: httpx.AsyncClient, params: dict[str, Any], field: str
+) -> None:
+    answer = await client.get("/v1/credentials/audit", params=params)
+    assert answer.status_code == 422 and answer.json()["error"]["field"] == field

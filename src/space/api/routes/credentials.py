@@ -16,7 +16,7 @@ operator's admin key every org's, and may name the org to create one in.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
@@ -64,6 +64,16 @@ Value = Annotated[
 ]
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 Target = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
+
+
+def _in_range(value: datetime) -> datetime:
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError("out of range") from exc
+
+
+When = Annotated[datetime, AfterValidator(_in_range)]
 Id = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_]+$")]
 
 
@@ -73,7 +83,7 @@ class Strict(BaseModel):
 
 class CreateCredential(Strict):
     name: Name = Field(description="also the name of its placeholder variable in a guest")
-    org: str | None = Field(default=None, min_length=1, max_length=128)
+    org: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[^\x00]+$")
     scope: Scope = "org"
     target: Target | None = Field(
         default=None, description="the project name, template name or sandbox id (not for org)"
@@ -316,8 +326,8 @@ async def credential_audit(
     sandbox: Annotated[Id | None, Query()] = None,
     credential: Annotated[Id | None, Query()] = None,
     decision: Annotated[Id | None, Query()] = None,
-    since: Annotated[datetime | None, Query()] = None,
-    until: Annotated[datetime | None, Query()] = None,
+    since: Annotated[When | None, Query()] = None,
+    until: Annotated[When | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_AUDIT)] = 100,
 ) -> AuditList:
     """Newest first, at most `limit` (1..1000); `since` inclusive, `until` exclusive."""
