@@ -11,7 +11,7 @@ from sqlalchemy import text
 from space.credentials.audit import AuditEvent, verify
 from space.credentials.crypto import FileKeyProvider
 from space.credentials.model import Binding, HeaderApply, Policy
-from space.credentials.scopes import SandboxRef, WideningError
+from space.credentials.scopes import SandboxRef, ViewStamp, WideningError
 from space.store.credential_audit import AuditFilter, AuditRepo
 from space.store.credentials import CredentialRepo, VersionUnusable
 from space.store.db import Database
@@ -159,3 +159,27 @@ def test_the_audit_chain_spans_transactions_and_filters(store: Database) -> None
         connection.execute(text("UPDATE credential_audit SET host = 'evil' WHERE seq = 3"))
     with store.session() as session:
         assert verify(AuditRepo(session).walk()) == 3
+
+
+def test_a_stamp_written_meanwhile_is_built_on(store: Database, keys: FileKeyProvider) -> None:
+    _org_id, _cred_id, ref = setup(store, keys)
+    with store.engine.begin() as connection:
+        connection.execute(
+            text("INSERT INTO credential_views (sandbox_id, version, digest) VALUES (:s, 7, 'x')"),
+            {"s": ref.id},
+        )
+    with store.session() as session:
+        assert CredentialRepo(session).view(ref, b"p" * 32, utcnow()).version == 8
+    with store.session() as session:
+        assert CredentialRepo(session).view(ref, b"p" * 32, utcnow()).version == 8
+
+
+def test_a_first_stamp_lost_to_another_resolve_is_retried(
+    store: Database, keys: FileKeyProvider
+) -> None:
+    _org_id, _cred_id, ref = setup(store, keys)
+    with store.session() as session:
+        repo = CredentialRepo(session)
+        assert repo._stamp(ref.id, None, ViewStamp(1, "a"))
+        assert not repo._stamp(ref.id, None, ViewStamp(1, "b"))  # the row exists: lost
+        assert repo.view(ref, b"p" * 32, utcnow()).version == 2  # the session still works

@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from space.credentials import crypto
@@ -34,11 +35,13 @@ from space.credentials.scopes import (
     narrow,
     resolve,
 )
-from space.store.errors import NotFound
+from space.store.errors import NotFound, StaleGeneration
 from space.store.keys import new_id
 from space.store.models import Credential as CredentialRow
 from space.store.models import CredentialBinding, CredentialVersion, utcnow
 from space.store.models import CredentialView as ViewRow
+
+STAMP_ATTEMPTS = 5
 
 
 class CredentialExists(Exception):
@@ -248,25 +251,47 @@ class CredentialRepo:
         return crypto.unseal(keys, credential_id, version, crypto.Envelope.loads(sealed.sealed))
 
     def view(self, sandbox: SandboxRef, placeholder_secret: bytes, now: datetime) -> CredentialView:
-        """The sandbox's current view; a changed view is stamped with the next version."""
+        """The sandbox's current view; a changed view is stamped with the next version.
+
+        The stamp is compare-and-set: when another resolve stamped it meanwhile, this
+        one resolves again, so two different views never share a version."""
         credentials = self.list_credentials(sandbox.org_id)
         narrowings = self.narrowings([c.id for c in credentials])
-        stamp_row = self.session.get(ViewRow, sandbox.id, populate_existing=True)
-        previous = ViewStamp(stamp_row.version, stamp_row.digest) if stamp_row else None
-        result = resolve(
-            sandbox,
-            credentials,
-            narrowings,
-            now=now,
-            placeholder_secret=placeholder_secret,
-            previous=previous,
+        for _attempt in range(STAMP_ATTEMPTS):
+            stamp = self.session.execute(
+                select(ViewRow.version, ViewRow.digest).where(ViewRow.sandbox_id == sandbox.id)
+            ).first()
+            previous = ViewStamp(stamp.version, stamp.digest) if stamp else None
+            result = resolve(
+                sandbox,
+                credentials,
+                narrowings,
+                now=now,
+                placeholder_secret=placeholder_secret,
+                previous=previous,
+            )
+            if previous == result.stamp or self._stamp(sandbox.id, previous, result.stamp):
+                return result
+        raise StaleGeneration(sandbox.id, result.version, None)
+
+    def _stamp(self, sandbox_id: str, previous: ViewStamp | None, new: ViewStamp) -> bool:
+        """Record `new` if the stamp is still `previous`; False if another one won."""
+        if previous is None:
+            try:
+                with self.session.begin_nested():
+                    self.session.add(
+                        ViewRow(sandbox_id=sandbox_id, version=new.version, digest=new.digest)
+                    )
+            except IntegrityError:
+                return False
+            return True
+        changed = self.session.execute(
+            update(ViewRow)
+            .where(ViewRow.sandbox_id == sandbox_id, ViewRow.version == previous.version)
+            .values(version=new.version, digest=new.digest)
+            .execution_options(synchronize_session=False)
         )
-        if stamp_row is None:
-            self.session.add(ViewRow(sandbox_id=sandbox.id, version=1, digest=result.digest))
-        elif stamp_row.digest != result.digest:
-            stamp_row.version, stamp_row.digest = result.version, result.digest
-        self.session.flush()
-        return result
+        return bool(changed.rowcount)  # type: ignore[attr-defined]
 
     def _domain(self, row: CredentialRow) -> Credential:
         current = self.session.get_one(CredentialVersion, (row.id, row.version))
