@@ -277,3 +277,10 @@ async def test_bad_audit_filters_are_422s(
 ) -> None:
     answer = await client.get("/v1/credentials/audit", params=params)
     assert answer.status_code == 422 and answer.json()["error"]["field"] == field
+
+
+async def test_an_absurd_credential_id_is_a_404(client: httpx.AsyncClient) -> None:
+    for ident in ("x" * 5000, "é", "cred_' OR 1=1 --"):
+        answer = await client.get(f"/v1/credentials/{ident}")
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["error"]["code"] == "not_found"
