@@ -15,7 +15,9 @@ import pytest
 
 from tests.conftest import ADMIN_KEY, ServerThread
 
-pytestmark = [pytest.mark.credentials, pytest.mark.timeout(600)]
+# `hardening`, not `credentials`: about two minutes per database on a loaded 2-core host,
+# and `-m credentials` stays the fast set.
+pytestmark = [pytest.mark.hardening, pytest.mark.timeout(600)]
 
 EXAMPLES = 4
 
@@ -34,7 +36,7 @@ def test_the_credential_routes_answer_no_fuzzed_request_with_a_server_error(
         "--checks",
         "not_a_server_error",
         "--phases",
-        "coverage,fuzzing"  # no links to follow: stateful adds nothing,
+        "coverage,fuzzing",  # no links to follow: stateful adds nothing
         "--max-examples",
         str(EXAMPLES),
         "--workers",
