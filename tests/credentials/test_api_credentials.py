@@ -209,6 +209,11 @@ async def test_widening_rotation_and_audit_bounds(client: httpx.AsyncClient, db:
         f"{url}/bindings", json={"scope": "org", "binding": {"hosts": ["*.githubusercontent.com"]}}
     )
     assert base.status_code == 422 and base.json()["error"]["field"].startswith("narrowings.")
+    mistargeted = await client.put(
+        f"{url}/bindings",
+        json={"scope": "org", "target": "x", "binding": {"hosts": ["api.github.com"]}},
+    )
+    assert mistargeted.status_code == 422 and mistargeted.json()["error"]["field"] == "target"
     grace = await client.post(f"{url}/rotate", json={"value": "v", "grace": 10**7})
     assert grace.status_code == 422 and grace.json()["error"]["field"] == "grace"
     audit = await client.get("/v1/credentials/audit", params={"limit": 1001})

@@ -404,6 +404,9 @@ async def bind_credential(
         credential = repo.get(credential_id, org_id)
         if body.scope != credential.scope:
             _check_target(repo.session, credential.org_id, body.scope, body.target)
+        elif body.target not in (None, credential.target):
+            message = f"target: the credential's own binding is for {credential.target!r}"
+            raise ApiError(422, "validation_error", message, "target")
         try:
             return repo.bind(
                 credential_id, org_id, scope=body.scope, target=body.target, binding=body.binding
