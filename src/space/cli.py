@@ -43,9 +43,9 @@ log = logging.getLogger(__name__)
 Handler = Callable[[argparse.Namespace], int]
 
 # Processes that write server state, so run with umask 077 (`node` joins once it serves).
-SERVER_COMMANDS = frozenset({"up", "api", "controller", "keys"})
+SERVER_COMMANDS = frozenset({"up", "api", "controller", "keys", "audit"})
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-CLIENT_COMMANDS = frozenset({"sandbox", *SHORT})
+CLIENT_COMMANDS = frozenset({"sandbox", "credentials", *SHORT})
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -566,6 +566,9 @@ def build_parser() -> argparse.ArgumentParser:
     from space.cli_nodes import register as register_nodes  # it builds on this module
 
     register_nodes(sub)
+    from space.cli_credentials import register as register_credentials  # as cli_nodes
+
+    register_credentials(sub)
     sandbox = sub.add_parser("sandbox", help="sandboxes (via SPACE_API_URL/SPACE_API_KEY)")
     add_sandbox_commands(sandbox.add_subparsers(dest="sandbox_cmd", required=True))
     add_short_commands(sub)

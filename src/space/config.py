@@ -208,6 +208,34 @@ class KeysConfig(BaseSettings):
     revocation_check: float = Field(default=5.0, gt=0)
 
 
+class CredentialsConfig(BaseSettings):
+    """The credential broker's store (`SPACE_CREDENTIALS_*`).
+
+    Unset paths live in the data dir: `credentials.key` (the sealing keys),
+    `credentials-placeholder.key` (the secret placeholders are derived from) and
+    `audit/credentials.jsonl` (the audit's JSON lines), each created mode 0600.
+    `max_per_org` bounds an org's credentials; `max_grace` bounds how long a
+    rotated-out value stays usable (seconds).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="SPACE_CREDENTIALS_", extra="ignore")
+
+    key_file: Path | None = None
+    placeholder_key_file: Path | None = None
+    audit_file: Path | None = None
+    max_per_org: int = Field(default=1000, ge=1, le=100_000)
+    max_grace: int = Field(default=7 * 86400, ge=0, le=365 * 86400)
+
+    def key_path(self, data_dir: Path) -> Path:
+        return self.key_file or data_dir / "credentials.key"
+
+    def placeholder_path(self, data_dir: Path) -> Path:
+        return self.placeholder_key_file or data_dir / "credentials-placeholder.key"
+
+    def audit_path(self, data_dir: Path) -> Path:
+        return self.audit_file or data_dir / "audit" / "credentials.jsonl"
+
+
 #: The shortest `SPACE_BOOTSTRAP_KEY` accepted (an admin key must not be guessable).
 MIN_BOOTSTRAP_KEY = 24
 
@@ -400,6 +428,7 @@ class Settings(BaseSettings):
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     egress: EgressConfig = Field(default_factory=EgressConfig)
     keys: KeysConfig = Field(default_factory=KeysConfig)
+    credentials: CredentialsConfig = Field(default_factory=CredentialsConfig)
     quotas: QuotaConfig = Field(default_factory=QuotaConfig)
     vmm: Annotated[VmmConfig, NoDecode] = Field(default_factory=VmmConfig)
     output: OutputLimitsConfig = Field(default_factory=OutputLimitsConfig)

@@ -10,12 +10,13 @@ from prometheus_client.registry import Collector
 
 from space.api import e2b
 from space.api.bootstrap import open_database
+from space.api.credential_service import CredentialService
 from space.api.errors import install_error_handlers
 from space.api.ingress import Ingress
 from space.api.limits import RequestLimits
 from space.api.metrics import Metrics, MetricsMiddleware
 from space.api.process_registry import ProcessRegistry
-from space.api.routes import commands, egress, files, keys, pty, sandboxes, system
+from space.api.routes import commands, credentials, egress, files, keys, pty, sandboxes, system
 from space.api.routes import lifecycle as power
 from space.api.sandbox_service import SandboxService
 from space.api.state import AppState
@@ -71,12 +72,24 @@ def create_app(
     app = FastAPI(title="SPACE", version=API_VERSION, lifespan=lifespan)
     app.state.space = AppState(settings, db, node, lifecycle, service, registry, activity)
     app.state.metrics = metrics
+    app.state.credentials = CredentialService(settings, db)
     if node is not None:  # started by `space up` next to the HTTP server
         app.state.ingress = Ingress(
             settings=settings, db=db, node=node, lifecycle=lifecycle, activity=activity
         )
     install_error_handlers(app)
-    for module in (sandboxes, commands, files, power, egress, keys, pty, system, console):
+    for module in (
+        sandboxes,
+        commands,
+        files,
+        power,
+        egress,
+        keys,
+        credentials,
+        pty,
+        system,
+        console,
+    ):
         app.include_router(module.router)
     e2b.install(app, e2b_front)
     app.add_middleware(

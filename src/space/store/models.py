@@ -9,6 +9,7 @@ from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Integer,
     String,
@@ -137,3 +138,102 @@ class Lease(Base):
     holder: Mapped[str] = mapped_column(String(255))
     term: Mapped[int] = mapped_column(Integer)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Credential(Base):
+    """A credential's metadata; its values are in `credential_versions`, sealed."""
+
+    __tablename__ = "credentials"
+    __table_args__ = (UniqueConstraint("org_id", "name", name="uq_credentials_org_name"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    org_id: Mapped[str] = mapped_column(ForeignKey("orgs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    scope: Mapped[str] = mapped_column(String(16))
+    target: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    application: Mapped[dict[str, Any]] = mapped_column(JSON)
+    binding: Mapped[dict[str, Any]] = mapped_column(JSON)
+    policy: Mapped[dict[str, Any]] = mapped_column(JSON)
+    version: Mapped[int] = mapped_column(Integer)
+    created_by: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class CredentialVersion(Base):
+    """One value of a credential, sealed (AES-GCM envelope as JSON)."""
+
+    __tablename__ = "credential_versions"
+
+    credential_id: Mapped[str] = mapped_column(
+        ForeignKey("credentials.id", ondelete="CASCADE"), primary_key=True
+    )
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sealed: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    #: None while current; once replaced, the end of its grace period.
+    usable_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class CredentialBinding(Base):
+    """A narrowing of a credential's binding at a lower scope, for one target."""
+
+    __tablename__ = "credential_bindings"
+    __table_args__ = (
+        UniqueConstraint("credential_id", "scope", "target", name="uq_credential_bindings"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    credential_id: Mapped[str] = mapped_column(
+        ForeignKey("credentials.id", ondelete="CASCADE"), index=True
+    )
+    scope: Mapped[str] = mapped_column(String(16))
+    target: Mapped[str] = mapped_column(String(128))
+    binding: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class CredentialView(Base):
+    """The version a sandbox's credential view was last resolved at, and its digest."""
+
+    __tablename__ = "credential_views"
+
+    sandbox_id: Mapped[str] = mapped_column(
+        ForeignKey("sandboxes.id", ondelete="CASCADE"), primary_key=True
+    )
+    version: Mapped[int] = mapped_column(Integer)
+    digest: Mapped[str] = mapped_column(String(64))
+
+
+class CredentialAudit(Base):
+    """One hash-chained audit record (never a value); see `space.credentials.audit`."""
+
+    __tablename__ = "credential_audit"
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    org_id: Mapped[str] = mapped_column(String(32), index=True)
+    who: Mapped[str] = mapped_column(String(64))
+    decision: Mapped[str] = mapped_column(String(32), index=True)
+    sandbox_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    credential_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    host: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    method: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class CredentialAuditHead(Base):
+    """The audit chain's last seq and hash (one row, locked by each append)."""
+
+    __tablename__ = "credential_audit_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(Integer)
+    hash: Mapped[str] = mapped_column(String(64))

@@ -1,0 +1,59 @@
+"""The credential broker's control plane in one API process: the sealing keys, the
+placeholder secret and the audit file (each opened on first use, so a deployment
+that never stores a credential creates none of them), and `commit`, which runs a
+change and its audit record in one transaction and then appends the record to the
+JSON-lines file.
+
+The file is a copy written after the commit: if it cannot be written the change
+stands, the failure is logged, and `space audit verify` reports the gap.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import cached_property
+from typing import TypeVar
+
+from sqlalchemy.orm import Session
+
+from space.config import Settings
+from space.credentials.audit import AuditEvent, AuditFile, AuditFileError
+from space.credentials.crypto import FileKeyProvider, KeyProvider, secret_file
+from space.store.credential_audit import AuditRepo
+from space.store.db import Database
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class CredentialService:
+    def __init__(self, settings: Settings, db: Database) -> None:
+        self.config = settings.credentials
+        self.data_dir = settings.data_dir
+        self.db = db
+
+    @cached_property
+    def keys(self) -> KeyProvider:
+        return FileKeyProvider(self.config.key_path(self.data_dir))
+
+    @cached_property
+    def placeholder_secret(self) -> bytes:
+        return secret_file(self.config.placeholder_path(self.data_dir))
+
+    @cached_property
+    def audit_file(self) -> AuditFile:
+        return AuditFile(self.config.audit_path(self.data_dir))
+
+    def commit(self, change: Callable[[Session], tuple[T, AuditEvent]]) -> T:
+        """Run `change` and append its audit record, together; then the file copy."""
+        with self.db.session() as session:
+            result, event = change(session)
+            record = AuditRepo(session).append(event)
+        try:
+            self.audit_file.append(record)
+        except (OSError, AuditFileError) as exc:
+            path = self.audit_file.path
+            log.error("audit record %d not written to %s: %s", record.seq, path, exc)
+        return result

@@ -1,0 +1,144 @@
+"""The credential audit: append-only records, each hashed over its content and the
+previous record's hash, so altering, removing or reordering one breaks the chain.
+
+A record says who did what with which credential, for which sandbox, host, method
+and path (never a query string: it is cut off here), the decision and its latency;
+never a value. `chain` makes the next record, `verify` walks records and answers
+the first seq where the chain breaks (None when it holds). `AuditFile` keeps the
+records as JSON lines in a 0600 file (beside the database's copy).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+GENESIS = "0" * 64
+
+
+class AuditFileError(Exception):
+    """The audit file is readable by group/others."""
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """What happened, as the caller tells it."""
+
+    org_id: str
+    who: str
+    decision: str
+    sandbox_id: str | None = None
+    credential_id: str | None = None
+    host: str | None = None
+    method: str | None = None
+    path: str | None = None
+    latency_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    seq: int
+    at: datetime
+    org_id: str
+    who: str
+    decision: str
+    sandbox_id: str | None
+    credential_id: str | None
+    host: str | None
+    method: str | None
+    path: str | None
+    latency_ms: float | None
+    prev_hash: str
+    hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"at": self.at.isoformat()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AuditRecord:
+        return cls(**(data | {"at": datetime.fromisoformat(data["at"])}))
+
+
+def _canonical(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def record_hash(record: AuditRecord) -> str:
+    body = record.to_json()
+    body.pop("hash")
+    return hashlib.sha256(_canonical(body)).hexdigest()
+
+
+def chain(event: AuditEvent, seq: int, prev_hash: str, at: datetime) -> AuditRecord:
+    """The record after one hashed `prev_hash` (`GENESIS` for seq 1)."""
+    path = event.path.split("?", 1)[0].split("#", 1)[0] if event.path else event.path
+    latency = round(event.latency_ms, 3) if event.latency_ms is not None else None
+    draft = AuditRecord(
+        seq=seq,
+        at=at,
+        org_id=event.org_id,
+        who=event.who,
+        decision=event.decision,
+        sandbox_id=event.sandbox_id,
+        credential_id=event.credential_id,
+        host=event.host,
+        method=event.method,
+        path=path,
+        latency_ms=latency,
+        prev_hash=prev_hash,
+        hash="",
+    )
+    return replace(draft, hash=record_hash(draft))
+
+
+def verify(records: Iterable[AuditRecord | None]) -> int | None:
+    """The first seq at which the chain breaks (None: it holds). A None in `records`
+    stands for a record that could not be read: broken at the seq expected there."""
+    expected, prev = 1, GENESIS
+    for record in records:
+        if record is None or record.seq != expected or record.prev_hash != prev:
+            return expected
+        if record_hash(record) != record.hash:
+            return expected
+        expected, prev = expected + 1, record.hash
+    return None
+
+
+class AuditFile:
+    """JSON lines, one record each, appended to a file only its owner may read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, record: AuditRecord) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            self._check(fd)
+            os.write(fd, _canonical(record.to_json()) + b"\n")
+        finally:
+            os.close(fd)
+
+    def records(self) -> Iterator[AuditRecord | None]:
+        """Each line's record, or None for a line that does not parse as one."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as file:
+            self._check(file.fileno())
+            for line in file:
+                try:
+                    yield AuditRecord.from_json(json.loads(line))
+                except (ValueError, TypeError, KeyError):
+                    yield None
+
+    def _check(self, fd: int) -> None:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode & 0o077:
+            raise AuditFileError(f"{self.path} has mode {mode:04o}: chmod 600 it")
