@@ -6,7 +6,8 @@ must end with no server error (5xx) on either front.
   command that never exits has no end for a request deadline to measure; and
   `/v1/keys/{key_id}`, whose DELETE would revoke the fuzzer's own key and leave the
   rest of the run, and the harness's cleanup, at 401 — tests/api/test_api_keys.py
-  covers it).
+  covers it); and the credential routes, fuzzed over the fake node by
+  tests/credentials/test_fuzz_credentials.py.
 - E2B REST: its routes are left out of the served document (they are E2B's API, not
   SPACE's), so the test builds an OpenAPI document from the same router.
 - envd (Connect-RPC, `/files`) has no OpenAPI document: a hand-written table of
@@ -108,7 +109,7 @@ class Reaper:
                         self.deleted += 1
 
 
-EXCLUDED = r"/events$|/keys/\{key_id\}$"
+EXCLUDED = r"/events$|/keys/\{key_id\}$|credentials"  # credentials: their own fuzz test
 
 
 def schemathesis(
