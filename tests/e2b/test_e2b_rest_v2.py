@@ -4,6 +4,7 @@ refuses, and a network update scoped to the caller's org."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 
 import httpx
 import pytest
@@ -72,3 +73,17 @@ def test_a_private_sandbox_gets_the_ingress_domain_and_a_traffic_token(
         "public": False,
         "traffic_access_token": token,
     }
+
+
+@pytest.mark.parametrize(("route", "lifetime"), [("/v2/sandboxes", 300), ("/sandboxes", 15)])
+def test_a_create_without_timeout_gets_its_api_versions_default(
+    server: ServerThread, make_key: Callable[..., str], route: str, lifetime: int
+) -> None:
+    """2.63 leaves `timeout` out unless the caller passes one: E2B's v2 default is
+    300 s, v1's 15 s. A quickstart on v2 must not be killed after 15 s."""
+    acme = {"X-API-KEY": make_key("acme")}
+    created = httpx.post(f"{server.url}{route}", json={"templateID": "base"}, headers=acme)
+    assert created.status_code == 201, created.text
+    shown = httpx.get(f"{server.url}/sandboxes/{created.json()['sandboxID']}", headers=acme)
+    started, ends = (datetime.fromisoformat(shown.json()[k]) for k in ("startedAt", "endAt"))
+    assert (ends - started).total_seconds() == pytest.approx(lifetime, abs=2)

@@ -109,8 +109,10 @@ class AutoResumeIn(_Body):
 
 class NewSandboxV2In(NewSandboxIn):
     """`POST /v2/sandboxes`: `lifecycle` as `autoPause` (+ `autoPauseMemory`) and
-    `autoResume`, plus options SPACE refuses (`unsupported`)."""
+    `autoResume`, plus options SPACE refuses (`unsupported`). Its `timeout` default
+    is v2's 300 s (v1's is 15 s): 2.63 sends none unless the caller sets one."""
 
+    timeout: int = Field(default=300, ge=0, le=MAX_SECONDS)
     auto_pause_memory: bool | None = Field(default=None, alias="autoPauseMemory")
     auto_resume: AutoResumeIn | None = Field(default=None, alias="autoResume")
     mcp: dict[str, Any] | None = None
