@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
 from space.api.errors import ApiError
@@ -65,6 +65,12 @@ def _principal(request: Request, state: StateDep) -> Principal:
 
 
 PrincipalDep = Annotated[Principal, Depends(_principal)]
+
+#: A create's `Idempotency-Key` header (both fronts): 1-255 of `A-Za-z0-9._:-`.
+IdempotencyKeyDep = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", min_length=1, max_length=255, pattern=r"^[A-Za-z0-9._:-]+$"),
+]
 
 
 def _sandbox(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Sandbox:

@@ -16,15 +16,26 @@ them in its own error shape:
     429 quota_exceeded          the org is at its sandbox limit (`api.quotas`)
     502 sandbox_create_failed   the node could not create it (the reason)
     409 conflict                it was deleted while being created
+    422 idempotency_key_reused  the key was used for a different request
+    409 conflict                the sandbox created under the key was deleted since
+
+A create under an `Idempotency-Key` (unique per org) happens once: a retry with
+the key and the same request waits for and answers that sandbox (no second quota
+slot), also while the first request is still creating it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeVar
+
+from sqlalchemy.exc import IntegrityError
 
 from space.api.errors import ApiError, out_of_bounds
 from space.api.process_registry import ProcessRegistry
@@ -59,6 +70,11 @@ class SandboxRequest:
     metadata: dict[str, str] = field(default_factory=dict)
     network: dict[str, Any] | None = None
 
+    def digest(self) -> str:
+        """What identifies the request under an idempotency key."""
+        canonical = json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
 
 class SandboxService:
     def __init__(
@@ -76,8 +92,11 @@ class SandboxService:
         self._lifecycle = lifecycle
         self._processes = processes
 
-    async def create(self, principal: Principal, request: SandboxRequest) -> Sandbox:
-        """The new sandbox's row once it is running."""
+    async def create(
+        self, principal: Principal, request: SandboxRequest, idempotency_key: str | None = None
+    ) -> Sandbox:
+        """The new sandbox's row once it is running (the one created under
+        `idempotency_key` before, if any)."""
         limit = self._settings.limits.timeout
         out_of_bounds("timeout", request.timeout or 0, limit)
         out_of_bounds("idle_timeout", request.idle_timeout or 0, limit)
@@ -91,10 +110,10 @@ class SandboxService:
             env=request.env,
             metadata=request.metadata,
             network=self.resolve_network(principal, request.network),
+            idempotency_key=idempotency_key,
+            request_digest=request.digest() if idempotency_key is not None else None,
         )
-        with self._db.session() as session:
-            admit_sandbox(session, self._settings.quotas, principal)
-            sandbox_id = SandboxRepo(session).create(principal.org_id, principal.project_id, new).id
+        sandbox_id = self._keyed(principal, new) or self._insert(principal, new)
         await self._lifecycle.ensure_created(sandbox_id)
         row = self.get(principal, sandbox_id)
         if row.state == SandboxState.ERROR.value:
@@ -102,6 +121,39 @@ class SandboxService:
         if row.state != SandboxState.RUNNING.value:
             raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
         return row
+
+    def _insert(self, principal: Principal, new: NewSandbox) -> str:
+        try:
+            with self._db.session() as session:
+                admit_sandbox(session, self._settings.quotas, principal)
+                repo = SandboxRepo(session)
+                return repo.create(principal.org_id, principal.project_id, new).id
+        except IntegrityError:  # a concurrent request under the same key inserted first
+            keyed = self._keyed(principal, new)
+            if keyed is None:
+                raise
+            return keyed
+
+    def _keyed(self, principal: Principal, new: NewSandbox) -> str | None:
+        """The sandbox created under `new`'s idempotency key, if one was."""
+        if new.idempotency_key is None:
+            return None
+        with self._db.session() as session:
+            row = SandboxRepo(session).by_idempotency_key(principal.org_id, new.idempotency_key)
+            if row is None:
+                return None
+            if row.request_digest != new.request_digest:
+                raise ApiError(
+                    422,
+                    "idempotency_key_reused",
+                    f"Idempotency-Key was used for a different request (sandbox {row.id})",
+                    "Idempotency-Key",
+                )
+            if row.state == SandboxState.DELETED.value:
+                raise ApiError(
+                    409, "conflict", f"sandbox {row.id}, created under this key, was deleted"
+                )
+            return row.id
 
     async def validate_template(self, template: str) -> None:
         """422 unless the node knows `template` (not checked without a node here)."""

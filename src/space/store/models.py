@@ -79,6 +79,9 @@ class ApiKey(Base):
 
 class Sandbox(Base):
     __tablename__ = "sandboxes"
+    __table_args__ = (
+        UniqueConstraint("org_id", "idempotency_key", name="uq_sandboxes_org_idempotency_key"),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     org_id: Mapped[str] = mapped_column(ForeignKey("orgs.id", ondelete="CASCADE"), index=True)
@@ -99,6 +102,8 @@ class Sandbox(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_activity_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    request_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class Command(Base):

@@ -33,6 +33,8 @@ class NewSandbox:
     metadata: dict[str, str] = field(default_factory=dict)
     network: dict[str, Any] | None = None
     on_timeout: str = "kill"
+    idempotency_key: str | None = None  # the caller's, unique in the org
+    request_digest: str | None = None  # of what was asked under that key
 
 
 @dataclass(frozen=True)
@@ -81,10 +83,18 @@ class SandboxRepo:
             timeout_seconds=new.timeout_seconds,
             idle_timeout_seconds=new.idle_timeout_seconds,
             on_timeout=new.on_timeout,
+            idempotency_key=new.idempotency_key,
+            request_digest=new.request_digest,
         )
         self.session.add(row)
         self.session.flush()
         return row
+
+    def by_idempotency_key(self, org_id: str, key: str) -> Sandbox | None:
+        """The org's sandbox created under `key`, deleted or not."""
+        return self.session.scalars(
+            select(Sandbox).where(Sandbox.org_id == org_id, Sandbox.idempotency_key == key)
+        ).first()
 
     def get(self, sandbox_id: str, org_id: str | None = None) -> Sandbox:
         """A live (not deleted) sandbox, visible to `org_id` when given."""

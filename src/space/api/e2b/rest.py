@@ -18,7 +18,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from space.api import ingress_names
-from space.api.deps import StateDep, authenticate
+from space.api.deps import IdempotencyKeyDep, StateDep, authenticate
 from space.api.e2b import metrics
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.front import E2bFront, FrontDep
@@ -82,13 +82,21 @@ def _sandbox_answer(
 
 @router.post("/sandboxes", status_code=201)
 async def create(
-    body: NewSandboxIn, principal: PrincipalDep, state: StateDep, front: FrontDep
+    body: NewSandboxIn,
+    principal: PrincipalDep,
+    state: StateDep,
+    front: FrontDep,
+    key: IdempotencyKeyDep = None,
 ) -> JSONResponse:
-    return await create_sandbox(body, principal, state, front)
+    return await create_sandbox(body, principal, state, front, key)
 
 
 async def create_sandbox(
-    body: NewSandboxIn, principal: Principal, state: AppState, front: E2bFront
+    body: NewSandboxIn,
+    principal: Principal,
+    state: AppState,
+    front: E2bFront,
+    idempotency_key: str | None = None,
 ) -> JSONResponse:
     """Create as both `POST /sandboxes` and `POST /v2/sandboxes` do: 201 once running."""
     if body.volume_mounts:
@@ -101,7 +109,7 @@ async def create_sandbox(
         metadata=body.metadata | (PRIVATE if body.private else {}),
         network=body.network_policy(),
     )
-    created = await state.sandboxes.create(principal, request)
+    created = await state.sandboxes.create(principal, request, idempotency_key)
     row = visible(state, principal, created.id)
     return _sandbox_answer(front, principal, row, 201)
 

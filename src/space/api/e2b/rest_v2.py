@@ -15,7 +15,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
-from space.api.deps import StateDep
+from space.api.deps import IdempotencyKeyDep, StateDep
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.front import FrontDep
 from space.api.e2b.rest import PrincipalDep, connect_sandbox, create_sandbox, visible
@@ -47,12 +47,18 @@ NOT_SUPPORTED: list[tuple[str, str, str]] = [
 
 @router.post("/v2/sandboxes", status_code=201)
 async def create_v2(
-    body: NewSandboxV2In, principal: PrincipalDep, state: StateDep, front: FrontDep
+    body: NewSandboxV2In,
+    principal: PrincipalDep,
+    state: StateDep,
+    front: FrontDep,
+    key: IdempotencyKeyDep = None,
 ) -> JSONResponse:
+    """2.63's `idempotency_key` arrives as `Idempotency-Key`: a retry answers the
+    sandbox the first request created."""
     problem = body.unsupported()
     if problem is not None:
         raise E2bError(400, problem)
-    return await create_sandbox(body, principal, state, front)
+    return await create_sandbox(body, principal, state, front, key)
 
 
 @router.post("/v2/sandboxes/{sandbox_id}/connect")

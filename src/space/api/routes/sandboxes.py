@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from space.api import ingress_names
-from space.api.deps import PrincipalDep, SandboxDep, StateDep
+from space.api.deps import IdempotencyKeyDep, PrincipalDep, SandboxDep, StateDep
 from space.api.sandbox_service import SandboxRequest, rendered
 from space.api.schemas import CreateSandbox, IngressOut, SandboxList, SandboxOut
 from space.config import Settings
@@ -47,9 +47,10 @@ def with_ingress(row: Sandbox, settings: Settings) -> SandboxOut:
 
 @router.post("", status_code=201)
 async def create_sandbox(
-    body: CreateSandbox, principal: PrincipalDep, state: StateDep
+    body: CreateSandbox, principal: PrincipalDep, state: StateDep, key: IdempotencyKeyDep = None
 ) -> SandboxOut:
-    """Create a sandbox; answers once it is running."""
+    """Create a sandbox; answers once it is running. Under an `Idempotency-Key`, a
+    retry answers the sandbox the first request created."""
     request = SandboxRequest(
         template=body.template,
         timeout=body.timeout,
@@ -59,7 +60,7 @@ async def create_sandbox(
         metadata=_marked(body),
         network=body.network,
     )
-    return with_ingress(await state.sandboxes.create(principal, request), state.settings)
+    return with_ingress(await state.sandboxes.create(principal, request, key), state.settings)
 
 
 def _marked(body: CreateSandbox) -> dict[str, str]:
