@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from space.cli_client import SHORT, add_sandbox_commands, add_short_commands
 from space.cli_output import BuildProgress, err, out, table
-from space.config import RecoveryConfig, ServerConfig, Settings
+from space.config import RecoveryConfig, ServerConfig, Settings, TimeoutConfig
 from space.private import private_dir, private_umask, tighten
 from space.rlimits import raise_nofile
 from space.sdk import SpaceError, TransportError
@@ -207,7 +207,6 @@ def local_node(
     from space.node.network.netns import NetworkManager
     from space.node.provision import Provisioning
     from space.node.recovery import Recovery
-    from space.node.sandbox import AGENT_TIMEOUT
     from space.node.vmm.factory import driver_maker
     from space.node.vmm.jail import JailConfig
     from space.node.warm import WarmPools
@@ -223,7 +222,7 @@ def local_node(
         driver=driver,
         progress=progress,
         console_log_bytes=console_log_bytes,
-        agent_timeout=AGENT_TIMEOUT if agent_timeout is None else agent_timeout,
+        agent_timeout=TimeoutConfig().agent if agent_timeout is None else agent_timeout,
     )
     templates = TemplateCatalog(cache_dir, progress)
     metrics = NodeMetrics(lambda: [*host.sandboxes.values(), *warm.entries()])

@@ -22,7 +22,7 @@ from space.node.images import TemplateImporter
 from space.node.network.egress import Egress
 from space.node.network.netns import NetworkManager, SandboxNetwork
 from space.node.records import RecordStore, SandboxRecord
-from space.node.sandbox import AGENT_TIMEOUT, Sandbox
+from space.node.sandbox import Sandbox
 from space.node.snapshotting import BootFiles, Snapshotter
 from space.node.storage.pool import ensure_pool
 from space.node.storage.snapshots import LocalSnapshotStore
@@ -50,9 +50,9 @@ class NodeHost:
         net: NetworkManager,
         egress: Egress,
         driver: DriverMaker,
+        agent_timeout: float,
         progress: Progress | None = None,
         console_log_bytes: int = 4 << 20,
-        agent_timeout: float = AGENT_TIMEOUT,
     ) -> None:
         self.data_dir = data_dir
         self.cache_dir = cache_dir

@@ -18,8 +18,6 @@ from space.tasks import spawn
 
 log = logging.getLogger(__name__)
 
-AGENT_TIMEOUT = 120.0
-
 
 @dataclass
 class Sandbox:
