@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import struct
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -166,13 +165,6 @@ def fronts(server: ServerThread, make_key: Callable[..., str]) -> Iterator[Front
     fronts = Fronts(server, make_key("acme"))
     yield fronts
     fronts.v1.close()
-
-
-def wait_until(condition: Callable[[], bool], seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 WAIT = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "wait"]}, "stdin": False}

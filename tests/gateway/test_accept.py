@@ -18,6 +18,7 @@ from space.gateway.limits import GatewayLimits, Refusal
 from space.gateway.metrics import GatewayMetrics
 from space.gateway.policy import Policy
 from space.gateway.sandbox import SandboxGate
+from tests.waiting import until
 
 
 def make_gate(limits: GatewayLimits) -> SandboxGate:
@@ -32,12 +33,6 @@ def listening(kind: socket.SocketKind = socket.SOCK_STREAM) -> socket.socket:
         sock.listen(512)
     sock.setblocking(False)
     return sock
-
-
-async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
 
 
 @asynccontextmanager

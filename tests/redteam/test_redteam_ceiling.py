@@ -14,7 +14,7 @@ import ipaddress
 import secrets
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
@@ -34,6 +34,7 @@ from tests.redteam.fakenet import (
 )
 from tests.redteam.guests import Guest, NsGuest, VmGuest
 from tests.redteam.vethguest import VethGuest
+from tests.waiting import until
 
 pytestmark = [pytest.mark.redteam, pytest.mark.netns, pytest.mark.asyncio(loop_scope="session")]
 
@@ -171,12 +172,6 @@ async def test_an_address_the_node_gains_is_out_of_reach_after_a_refresh(
         assert internet.connections[(GAINED_IP, 80)] == before
     finally:
         subprocess.run(["ip", "-n", internet.host_netns, "addr", "del", f"{GAINED_IP}/32", *device])
-
-
-async def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.1)
 
 
 async def marked_connect(guest: Guest, internet: FakeInternet, address: str) -> str:

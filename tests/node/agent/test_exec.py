@@ -13,6 +13,7 @@ import pytest
 from space.node.agent import AgentClient, AgentOperationError, AgentProcess
 from space.seam.values import ExecRequest
 from tests.guest.agentproc import LEAK_MARKER, RunningAgent
+from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -136,8 +137,7 @@ async def test_orphans_are_reaped(agent: RunningAgent, agent_client: AgentClient
     result = await agent_client.exec(ExecRequest(cmd="(sleep 0.6 >/dev/null 2>&1 &); exit 0"))
     assert result.exit_code == 0
     assert agent.children(), "the orphaned sleep should now be the agent's child"
-    await asyncio.sleep(1.0)
-    assert agent.children() == []  # reaped, not left a zombie
+    await until(lambda: agent.children() == [])  # reaped, not left a zombie
 
 
 async def test_stdin_after_exit_is_discarded(agent_client: AgentClient) -> None:

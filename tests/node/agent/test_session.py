@@ -14,6 +14,7 @@ from space.node.agent import AgentClient, AgentOperationError, AgentUnavailable,
 from space.seam.values import ExecRequest
 from space.tasks import TaskSet
 from tests.guest.agentproc import RunningAgent, running_agent
+from tests.waiting import until
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -76,7 +77,7 @@ async def test_reattach_after_exit_and_overflow_marker(agent: RunningAgent) -> N
     first = await AgentClient.connect(agent.socket, timeout=10)
     process = await first.start(ExecRequest(cmd="sleep 0.3; head -c 6000000 /dev/zero; exit 2"))
     await first.close()
-    await asyncio.sleep(1.0)
+    await until(lambda: agent.children() == [])  # it ran to its exit while detached
     async with await AgentClient.connect(agent.socket, timeout=10) as second:
         again = await second.attach(process.pid)
         size = 0
