@@ -270,6 +270,30 @@ def test_network_options_are_enforced_by_the_gateway() -> None:
         assert "Could not resolve host: pypi.org" in offline_denied.value.stderr
 
 
+def test_get_host_reaches_a_server_in_the_sandbox(space: tuple[SpaceServer, str]) -> None:
+    """`get_host(port)` names the sandbox URL the ingress serves (no DNS here: the
+    request goes to the ingress address with that Host header, docs/ingress.md)."""
+    server, _ = space
+    with Sandbox.create() as sandbox:
+        serve = "python3 -m http.server 8000 --bind 0.0.0.0 --directory /tmp/site"
+        sandbox.files.write("/tmp/site/index.html", "served by the guest\n")
+        sandbox.commands.run(serve, background=True)
+        host = sandbox.get_host(8000)
+        assert host == f"8000-{sandbox.sandbox_id}.localhost:{server.ingress_port}"
+        assert _served(server, host).text == "served by the guest\n"
+
+
+def _served(server: SpaceServer, host: str) -> httpx.Response:
+    """The guest server's answer once it listens (the ingress says 502 until then)."""
+    deadline = time.monotonic() + 120
+    with httpx.Client(base_url=f"http://127.0.0.1:{server.ingress_port}", timeout=60) as http:
+        while (answer := http.get("/", headers={"host": host})).status_code == 502:
+            assert time.monotonic() < deadline, answer.text
+            time.sleep(0.2)
+    assert answer.status_code == 200, answer.text
+    return answer
+
+
 def test_a_v1_command_and_an_sdk_process_share_the_registry_and_end_with_the_sandbox(
     space: tuple[SpaceServer, str],
 ) -> None:
