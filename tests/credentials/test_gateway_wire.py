@@ -51,7 +51,7 @@ OTHER = "other.cred.test"
 POLICY = {"mode": "allowlist", "allow": [API, OTHER]}
 ORG = "org1"
 SECRET = b"placeholder-secret-for-tests"
-CURL = ("curl", "-sS", "--max-time", "15", "--http1.1")
+CURL = ("curl", "-sS", "--max-time", "15")
 
 
 @dataclass
@@ -106,6 +106,7 @@ class World:
     guest: VethGuest
     ca: str
     values: dict[tuple[str, int], str]
+    protocol: str = "--http1.1"
 
     @property
     def gateway(self) -> Gateway:
@@ -113,7 +114,8 @@ class World:
 
     async def curl(self, *args: str) -> Result:
         env = ("env", f"SSL_CERT_FILE={self.ca}", f"CURL_CA_BUNDLE={self.ca}")
-        return await self.guest.run(*env, *CURL, "-i", *args)
+        protocol = "--http1.1" if args[-1].startswith("http://") else self.protocol
+        return await self.guest.run(*env, *CURL, protocol, "-i", *args)
 
     def reveal(self, credential_id: str, version: int) -> str:
         return self.values[(credential_id, version)]
@@ -182,6 +184,13 @@ async def _start_api(internet: FakeInternet, api: FakeApi) -> list[asyncio.Serve
     return servers
 
 
+@pytest.fixture(params=["--http1.1", "--http2"])
+def w(world: World, request: pytest.FixtureRequest) -> World:
+    """The world, with the guest's curl speaking HTTP/1.1 or HTTP/2 to the gateway."""
+    world.protocol = request.param
+    return world
+
+
 def credential(
     world: World, application: object, binding: Binding, value: str, **kw: object
 ) -> Credential:
@@ -216,8 +225,9 @@ def value() -> str:
 
 
 async def test_header_template_reaches_upstream_and_the_guest_sees_the_placeholder(
-    world: World,
+    w: World,
 ) -> None:
+    world = w
     real = value()
     cred = credential(world, HeaderApply(), Binding(hosts=[API], path_prefixes=["/v1/"]), real)
     view = world.give(cred)
@@ -233,7 +243,8 @@ async def test_header_template_reaches_upstream_and_the_guest_sees_the_placehold
     assert verify(world.gateway.credential_audit.records) is None
 
 
-async def test_basic_and_placeholder_substitution_in_the_bound_header(world: World) -> None:
+async def test_basic_and_placeholder_substitution_in_the_bound_header(w: World) -> None:
+    world = w
     basic_value, key_value = value(), value()
     basic = credential(world, BasicApply(user="bot"), Binding(hosts=[API]), basic_value)
     key = credential(world, PlaceholderApply(header="X-Api-Key"), Binding(hosts=[API]), key_value)
@@ -251,9 +262,8 @@ async def test_basic_and_placeholder_substitution_in_the_bound_header(world: Wor
     assert world.audit(key.id) == ["allow"] and world.audit(basic.id) == ["allow"]
 
 
-async def test_placeholder_misuse_is_refused_audited_and_the_secret_never_leaves(
-    world: World,
-) -> None:
+async def test_placeholder_misuse_is_refused_audited_and_the_secret_never_leaves(w: World) -> None:
+    world = w
     real = value()
     cred = credential(
         world,
@@ -285,7 +295,8 @@ async def test_placeholder_misuse_is_refused_audited_and_the_secret_never_leaves
     assert verify(world.gateway.credential_audit.records) is None
 
 
-async def test_rotation_and_revocation_take_effect_on_the_next_request(world: World) -> None:
+async def test_rotation_and_revocation_take_effect_on_the_next_request(w: World) -> None:
+    world = w
     first, second = value(), value()
     cred = credential(
         world, HeaderApply(header="X-Token", template="{value}"), Binding(hosts=[API]), first
@@ -310,7 +321,8 @@ async def test_rotation_and_revocation_take_effect_on_the_next_request(world: Wo
     assert len(world.api.received) == before + 1
 
 
-async def test_expired_credential_is_refused(world: World) -> None:
+async def test_expired_credential_is_refused(w: World) -> None:
+    world = w
     soon = datetime.now(UTC) + timedelta(seconds=1)
     cred = credential(world, HeaderApply(), Binding(hosts=[API]), value(), expires_at=soon)
     world.give(cred)
@@ -325,7 +337,8 @@ async def test_expired_credential_is_refused(world: World) -> None:
     assert world.audit(cred.id) == ["deny: credential expired"]
 
 
-async def test_the_n_plus_first_call_gets_429_with_retry_after(world: World) -> None:
+async def test_the_n_plus_first_call_gets_429_with_retry_after(w: World) -> None:
+    world = w
     limit = Binding(hosts=[API], rate_limit=RateLimit(rps=0.01, burst=3))
     cred = credential(world, HeaderApply(), limit, value())
     world.give(cred)
