@@ -120,9 +120,9 @@ class World:
     def reveal(self, credential_id: str, version: int) -> str:
         return self.values[(credential_id, version)]
 
-    def give(
-        self, *credentials: Credential, previous: CredentialView | None = None
-    ) -> CredentialView:
+    def give(self, *credentials: Credential) -> CredentialView:
+        """Resolve the guest's view over the one it holds (the next version) and push it."""
+        held = self.gateway.gate(self.guest.sandbox_id).credentials
         ref = SandboxRef(self.guest.sandbox_id, ORG, "proj", "base")
         view = resolve(
             ref,
@@ -130,7 +130,7 @@ class World:
             [],
             now=datetime.now(UTC),
             placeholder_secret=SECRET,
-            previous=previous.stamp if previous else None,
+            previous=held.view.stamp if held is not None else None,
         )
         self.gateway.set_credentials(self.guest.sandbox_id, ORG, view, self.reveal)
         return view
@@ -305,11 +305,11 @@ async def test_rotation_and_revocation_take_effect_on_the_next_request(w: World)
     assert status(await world.curl(f"https://{API}/r")) == 200
     assert world.api.received[-1][1]["x-token"] == first
     world.values[(cred.id, 2)] = second
-    rotated = world.give(replace(cred, version=2), previous=view)
+    rotated = world.give(replace(cred, version=2))
     assert rotated.version == view.version + 1
     assert status(await world.curl(f"https://{API}/r")) == 200
     assert world.api.received[-1][1]["x-token"] == second
-    revoked = world.give(replace(cred, version=2, revoked_at=datetime.now(UTC)), previous=rotated)
+    revoked = world.give(replace(cred, version=2, revoked_at=datetime.now(UTC)))
     assert revoked.entries == ()
     before = len(world.api.received)
     refused = await world.curl("-H", f"X-Token: {view.entries[0].placeholder}", f"https://{API}/r")

@@ -184,8 +184,8 @@ class WireCredentials:
         self._clock = clock
 
     def update(self, view: CredentialView, reveal: Reveal | None = None) -> None:
-        """Apply a new version of the view (an older or equal one is ignored)."""
-        if view.version <= self.view.version and view.digest == self.view.digest:
+        """Apply a newer version of the view (an older one, arriving late, is ignored)."""
+        if view.version < self.view.version:
             return
         self.view = view
         if reveal is not None:
