@@ -42,3 +42,12 @@ def test_a_placeholder_split_across_body_chunks_is_found(size: int) -> None:
     assert any(finder.feed(c) for c in chunks(b"x=1&token=" + PH + b"&y=2", size))
     clean = Finder()
     assert not any(clean.feed(c) for c in chunks(b"space_ph_ not one " * 20, size))
+
+
+@pytest.mark.parametrize("size", [1, 4, 9])
+def test_several_secrets_with_different_first_bytes_are_all_scrubbed(size: int) -> None:
+    other = b"zq-other-secret"
+    body = b"a" + SECRET + b"b" + other + b"c" + other[:5]
+    scrubber = Scrubber([(SECRET, PH), (other, b"PH2")])
+    out = b"".join(scrubber.feed(c) for c in chunks(body, size)) + scrubber.flush()
+    assert out == b"a" + PH + b"b" + b"PH2" + b"c" + other[:5]

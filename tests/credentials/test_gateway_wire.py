@@ -260,6 +260,9 @@ async def test_basic_and_placeholder_substitution_in_the_bound_header(w: World) 
     assert headers["authorization"].split()[1] not in result.stdout
     assert f"Basic {ph[basic.id]}" in result.stdout
     assert world.audit(key.id) == ["allow"] and world.audit(basic.id) == ["allow"]
+    unused = await world.curl(f"https://{API}/any")  # no placeholder sent: no key added
+    assert status(unused) == 200 and "x-api-key" not in world.api.received[-1][1]
+    assert world.audit(key.id) == ["allow"] and world.audit(basic.id) == ["allow"] * 2
 
 
 async def test_placeholder_misuse_is_refused_audited_and_the_secret_never_leaves(w: World) -> None:

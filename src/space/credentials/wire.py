@@ -107,6 +107,7 @@ class Scrubber:
     def __init__(self, secrets: Iterable[tuple[bytes, bytes]]) -> None:
         self._secrets = sorted(secrets, key=lambda s: -len(s[0]))
         self._hold = max((len(s) for s, _ in self._secrets), default=1) - 1
+        self._firsts = sorted({s[:1] for s, _ in self._secrets if s})
         self._carry = b""
 
     def feed(self, chunk: bytes) -> bytes:
@@ -131,17 +132,15 @@ class Scrubber:
     def _split(self, data: bytes) -> tuple[bytes, bytes]:
         """Scrubbed output, and the tail that may start a secret cut by the chunk end."""
         replaced = self._replace(data)
-        if self._hold <= 0:
-            return replaced, b""
-        tail = replaced[-self._hold :]
-        keep = next(
-            (len(tail) - i for i in range(len(tail)) if _starts_any(tail[i:], self._secrets)), 0
-        )
-        return replaced[: len(replaced) - keep], replaced[len(replaced) - keep :]
-
-
-def _starts_any(tail: bytes, secrets: list[tuple[bytes, bytes]]) -> bool:
-    return any(secret.startswith(tail) for secret, _ in secrets)
+        cut = len(replaced)
+        for first in self._firsts:  # the earliest tail position a secret may start at
+            at = replaced.find(first, max(0, len(replaced) - self._hold))
+            while at != -1 and at < cut:
+                if any(secret.startswith(replaced[at:]) for secret, _ in self._secrets):
+                    cut = at
+                    break
+                at = replaced.find(first, at + 1)
+        return replaced[:cut], replaced[cut:]
 
 
 def _bound_header(entry: ViewEntry) -> bytes | None:
@@ -214,7 +213,13 @@ class WireCredentials:
             problem = self._misuse(where, owner, entries, request)
             if problem is not None:
                 return self._deny(request, owner, started, 403, problem)
-        if not entries:
+        sent = set(found)
+        entries = [
+            e
+            for e in entries
+            if e.kind != "placeholder" or (_bound_header(e), e.placeholder.encode()) in sent
+        ]
+        if not entries:  # a placeholder credential the guest did not use: nothing to do
             return Plan(request.headers, (), (), started)
         wait = self._limiter.take([(b.key, b.rate) for e in entries for b in e.limits])
         if wait is not None:
