@@ -295,7 +295,11 @@ async def test_placeholder_misuse_is_refused_audited_and_the_secret_never_leaves
     decisions = [r.decision for r in world.gateway.credential_audit.records[-len(cases) :]]
     assert all(d.startswith("deny: ") for d in decisions), decisions
     assert len(set(decisions)) >= 5, decisions
-    assert verify(world.gateway.credential_audit.records) is None
+    records = list(world.gateway.credential_audit.records)
+    assert verify(records) is None
+    assert not any(real in json.dumps(r.to_json()) or "?" in (r.path or "") for r in records)
+    forged = replace(records[-2], decision="allow")
+    assert verify([*records[:-2], forged, records[-1]]) == forged.seq
 
 
 async def test_rotation_and_revocation_take_effect_on_the_next_request(w: World) -> None:
