@@ -15,7 +15,7 @@ import json
 import os
 import stat
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,8 @@ class AuditRecord:
     hash: str
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"at": self.at.isoformat()}
+        # shallow: every field is a scalar (asdict's deep copy costs the gateway per request)
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"at": self.at.isoformat()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AuditRecord:

@@ -3,7 +3,9 @@
 `register` creates the sandbox's listening sockets inside its network namespace (DNS
 on UDP and TCP, HTTP, HTTPS; nftables redirects the guest's traffic to them) and a
 fresh CA; `set_policy` swaps a sandbox's policy with a new version and applies it to
-open connections; `unregister` closes everything the sandbox had. Upstream sockets
+open connections; `set_credentials` gives it its credential view (applied on the
+wire, audited in `credential_audit`, limited by the node's `rate_limiter`);
+`unregister` closes everything the sandbox had. Upstream sockets
 are made in `upstream_netns` (None: the node's own namespace). Every policy is
 applied under the gateway's current operator ceiling (`set_ceiling`).
 
@@ -26,6 +28,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from space.credentials.ratelimit import RateLimiter
+from space.credentials.scopes import CredentialView
+from space.credentials.wire import AuditChain, Reveal, WireCredentials
 from space.gateway.accept import Acceptor, Handler
 from space.gateway.audit import AuditLog
 from space.gateway.ceiling import DEFAULT, Ceiling
@@ -80,6 +85,8 @@ class Gateway:
         self.limits = limits = limits or GatewayLimits()
         self.metrics = GatewayMetrics(registry)
         self.audit = AuditLog(counted=self.metrics.decided)
+        self.credential_audit = AuditChain()
+        self.rate_limiter = RateLimiter()
         self._node = NodeQuotas.of(limits)
         self._listen = listen_address
         self._sockets = NetnsSockets()
@@ -156,6 +163,25 @@ class Gateway:
         new = Policy.parse(policy, version=gate.policy.version + 1).under(self.ceiling)
         gate.set_policy(new)
         return new
+
+    def set_credentials(
+        self, sandbox_id: str, org_id: str, view: CredentialView, reveal: Reveal
+    ) -> None:
+        """Hold a sandbox's credential view; a newer version replaces it live."""
+        gate = self.gate(sandbox_id)
+        if gate.credentials is None:
+            gate.set_credentials(
+                WireCredentials(
+                    gate.sandbox_id,
+                    org_id,
+                    view,
+                    reveal,
+                    limiter=self.rate_limiter,
+                    audit=self.credential_audit,
+                )
+            )
+        else:
+            gate.credentials.update(view, reveal)
 
     def set_ceiling(self, ceiling: Ceiling) -> None:
         """Apply a new operator ceiling to every sandbox's policy and open connections."""

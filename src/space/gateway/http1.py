@@ -14,13 +14,17 @@ from typing import Any
 
 import h11
 
+from space.credentials.wire import Denied, Finder, Plan, Scrubber, WireRequest
 from space.gateway.audit import request_record
-from space.gateway.checks import Checked, Refused, check_request
+from space.gateway.checks import Checked, Headers, Refused, check_request
 from space.gateway.exchange import IO_TIMEOUT, READ_SIZE, UpstreamExchange, response_headers
 from space.gateway.policy import Request, decide
 from space.gateway.relay import relay
 from space.gateway.sandbox import SandboxGate
 from space.gateway.upstream import UpstreamError, Upstreams
+
+#: A request that carries a credential is held until its body is checked, up to this.
+MAX_HELD_BODY = 1 << 20
 
 
 class Http1Session:
@@ -81,15 +85,18 @@ class Http1Session:
         admitted = await self._admit(event)
         if admitted is None:
             return False
-        upstream, checked = admitted
+        upstream, checked, plan, wire = admitted
         self.request = checked.request
         chunked = any(name == b"transfer-encoding" for name, _ in event.headers)
-        keep = await self._forward(upstream, checked, chunked)
+        keep = await self._forward(upstream, checked, chunked, plan, wire)
         self._busy = False
         return keep and self._conn.our_state is h11.DONE and self._conn.their_state is h11.DONE
 
-    async def _admit(self, event: h11.Request) -> tuple[UpstreamExchange, Checked] | None:
-        """Check, decide, connect upstream and audit; None once the guest was refused."""
+    async def _admit(
+        self, event: h11.Request
+    ) -> tuple[UpstreamExchange, Checked, Plan, WireRequest] | None:
+        """Check, decide, apply credentials, connect upstream and audit; None once the
+        guest was refused."""
         checked = check_request(
             event.method,
             event.target,
@@ -111,6 +118,18 @@ class Http1Session:
             )
             await self._refuse(decision.status, decision.reason)
             return None
+        wire = WireRequest(
+            decision.host,
+            checked.method.decode("latin-1"),
+            checked.target,
+            checked.headers,
+            tls=self._sni is not None,
+        )
+        plan = self._gate.plan(wire)
+        if isinstance(plan, Denied):
+            self._audit(event, allowed=False, reason=plan.reason, status=plan.status, **fields)
+            await self._refuse(plan.status, plan.reason, plan.headers)
+            return None
         try:
             upstream = await self._exchange(decision.host)
         except UpstreamError as exc:
@@ -119,28 +138,35 @@ class Http1Session:
             return None
         address = upstream.connection.address
         self._audit(event, allowed=True, reason=decision.reason, address=address, **fields)
-        return upstream, checked
+        return upstream, checked, plan, wire
 
-    async def _forward(self, upstream: UpstreamExchange, checked: Checked, chunked: bool) -> bool:
-        headers = [(b"host", checked.authority.encode()), *checked.headers]
+    async def _forward(
+        self,
+        upstream: UpstreamExchange,
+        checked: Checked,
+        chunked: bool,
+        plan: Plan,
+        wire: WireRequest,
+    ) -> bool:
+        headers = [(b"host", checked.authority.encode()), *plan.headers]
         if chunked:
             headers.append((b"transfer-encoding", b"chunked"))
-        await upstream.send_head(checked.method, checked.target, headers)
         if self._conn.they_are_waiting_for_100_continue:
             await self._send(h11.InformationalResponse(status_code=100, headers=[]))
-        while not isinstance(event := await self._next(IO_TIMEOUT), h11.EndOfMessage):
-            if not isinstance(event, h11.Data):
-                return False
-            await upstream.send_data(bytes(event.data))
-        await upstream.end()
+        if not await self._send_request(upstream, checked, headers, plan, wire):
+            return False
         head = await upstream.response()
         if isinstance(head, h11.InformationalResponse):
             return await self._switch(upstream, head, checked.websocket)
-        await self._send(
-            h11.Response(status_code=head.status_code, headers=response_headers(list(head.headers)))
-        )
+        scrubber = Scrubber(plan.secrets)
+        reply = response_headers(list(head.headers))
+        if plan.applied:  # a scrubbed body may change length: let h11 frame it
+            reply = scrubber.headers([(n, v) for n, v in reply if n.lower() != b"content-length"])
+        await self._send(h11.Response(status_code=head.status_code, headers=reply))
         async for chunk in upstream.body():
-            await self._send(h11.Data(data=chunk))
+            await self._send(h11.Data(data=scrubber.feed(chunk)))
+        if tail := scrubber.flush():
+            await self._send(h11.Data(data=tail))
         await self._send(h11.EndOfMessage())
         if upstream.reusable():
             upstream.next_cycle()
@@ -148,6 +174,48 @@ class Http1Session:
             upstream.close()
             self._upstream = None
         return True
+
+    async def _send_request(
+        self,
+        upstream: UpstreamExchange,
+        checked: Checked,
+        headers: Headers,
+        plan: Plan,
+        wire: WireRequest,
+    ) -> bool:
+        """Send head and body upstream; a placeholder in the body refuses the request.
+        With a credential in the head, the body is held and checked before anything
+        is sent (the secret never leaves for a refused request)."""
+        credentials = self._gate.credentials
+        finder, held = Finder(), bytearray()
+        if not plan.applied:
+            await upstream.send_head(checked.method, checked.target, headers)
+        while not isinstance(event := await self._next(IO_TIMEOUT), h11.EndOfMessage):
+            if not isinstance(event, h11.Data):
+                return False
+            data = bytes(event.data)
+            if credentials is not None and finder.feed(data):
+                return await self._refuse_body(upstream, credentials.body_refused(wire, plan))
+            if plan.applied and len(held) + len(data) > MAX_HELD_BODY:
+                too_big = Denied(413, f"a body over {MAX_HELD_BODY} bytes with a credential")
+                return await self._refuse_body(upstream, too_big)
+            if plan.applied:
+                held += data
+            else:
+                await upstream.send_data(data)
+        if plan.applied:
+            await upstream.send_head(checked.method, checked.target, headers)
+            await upstream.send_data(bytes(held))
+        await upstream.end()
+        if credentials is not None:
+            credentials.allowed(wire, plan)
+        return True
+
+    async def _refuse_body(self, upstream: UpstreamExchange, denied: Denied) -> bool:
+        upstream.close()
+        self._upstream = None
+        await self._refuse(denied.status, denied.reason)
+        return False
 
     async def _exchange(self, host: str) -> UpstreamExchange:
         if self._upstream is not None and self._upstream.host != host:
@@ -173,11 +241,12 @@ class Http1Session:
         await relay(self._reader, self._writer, upstream.connection, upstream.trailing())
         return False
 
-    async def _refuse(self, status: int, reason: str) -> bool:
+    async def _refuse(self, status: int, reason: str, extra: Headers | None = None) -> bool:
         if self._conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return False
         body = f"space gateway: {reason}\n".encode()
         headers = [
+            *(extra or []),
             (b"content-type", b"text/plain"),
             (b"content-length", str(len(body)).encode()),
             (b"connection", b"close"),

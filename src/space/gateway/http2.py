@@ -17,8 +17,9 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
+from space.credentials.wire import Denied, Finder, Plan, Scrubber, WireRequest
 from space.gateway.audit import request_record
-from space.gateway.checks import Checked, Refused, check_request
+from space.gateway.checks import Checked, Headers, Refused, check_request
 from space.gateway.exchange import IO_TIMEOUT, READ_SIZE, UpstreamExchange, response_headers
 from space.gateway.policy import Request, decide
 from space.gateway.sandbox import SandboxGate
@@ -27,6 +28,14 @@ from space.tasks import TaskSet
 
 IDLE_TIMEOUT = 120.0
 MAX_IDLE_UPSTREAMS = 8
+#: A request that carries a credential is held until its body is checked, up to this.
+MAX_HELD_BODY = 1 << 20
+
+
+class _BodyRefused(Exception):
+    def __init__(self, denied: Denied) -> None:
+        super().__init__(denied.reason)
+        self.denied = denied
 
 
 @dataclass
@@ -137,12 +146,17 @@ class Http2Session:
             self._audit(method, path, allowed=False, reason=refused.reason, status=refused.status)
             await self._respond(stream_id, refused.status, refused.reason)
             return
-        upstream = await self._admit(stream_id, method, path, checked)
-        if upstream is None:
+        admitted = await self._admit(stream_id, method, path, checked)
+        if admitted is None:
             return
+        upstream, plan, wire = admitted
         self.request = checked.request
         try:
-            await self._forward(stream_id, upstream, checked, ended, stream)
+            await self._forward(stream_id, upstream, checked, ended, stream, plan, wire)
+        except _BodyRefused as refused:
+            upstream.close()
+            await self._respond(stream_id, refused.denied.status, refused.denied.reason)
+            return
         except BaseException:
             upstream.close()
             raise
@@ -154,8 +168,9 @@ class Http2Session:
 
     async def _admit(
         self, stream_id: int, method: bytes, path: bytes, checked: Checked
-    ) -> UpstreamExchange | None:
-        """Decide, connect upstream and audit; None once the stream was refused."""
+    ) -> tuple[UpstreamExchange, Plan, WireRequest] | None:
+        """Decide, apply credentials, connect upstream and audit; None once the stream
+        was refused."""
         policy = self._gate.policy
         decision = decide(checked.request, policy)
         fields: dict[str, Any] = {"host": decision.host, "rule": decision.rule}
@@ -170,6 +185,16 @@ class Http2Session:
             )
             await self._respond(stream_id, decision.status, decision.reason)
             return None
+        wire = WireRequest(
+            decision.host, method.decode("latin-1"), checked.target, checked.headers, tls=True
+        )
+        plan = self._gate.plan(wire)
+        if isinstance(plan, Denied):
+            self._audit(
+                method, path, allowed=False, reason=plan.reason, status=plan.status, **fields
+            )
+            await self._respond(stream_id, plan.status, plan.reason, plan.headers)
+            return None
         upstream = self._take_idle(decision.host)
         if upstream is None:
             try:
@@ -183,7 +208,7 @@ class Http2Session:
             upstream = UpstreamExchange(decision.host, connection)
         address = upstream.connection.address
         self._audit(method, path, allowed=True, reason=decision.reason, address=address, **fields)
-        return upstream
+        return upstream, plan, wire
 
     def _take_idle(self, host: str) -> UpstreamExchange | None:
         for upstream in [u for u in self._idle if u.host == host]:
@@ -201,26 +226,66 @@ class Http2Session:
         checked: Checked,
         ended: bool,
         stream: _Stream,
+        plan: Plan,
+        wire: WireRequest,
     ) -> None:
-        headers = [(b"host", checked.authority.encode()), *checked.headers]
+        headers = [(b"host", checked.authority.encode()), *plan.headers]
         if not ended and not any(n == b"content-length" for n, _ in headers):
             headers.append((b"transfer-encoding", b"chunked"))
-        await upstream.send_head(checked.method, checked.target, headers)
-        while not ended and (item := await _next_chunk(stream)) is not None:
-            await upstream.send_data(item[0])
-            if stream_id in self._streams:
-                self._h2.acknowledge_received_data(item[1], stream_id)
-                await self._flush()
-        await upstream.end()
+        await self._send_request(stream_id, upstream, checked, headers, ended, stream, plan, wire)
         head = await upstream.response()
+        scrubber = Scrubber(plan.secrets)
+        kept = response_headers(list(head.headers))
+        if plan.applied:  # a scrubbed body may change length
+            kept = scrubber.headers([(n, v) for n, v in kept if n.lower() != b"content-length"])
         reply = [(b":status", str(head.status_code).encode())]
-        reply += [(n.lower(), v) for n, v in response_headers(list(head.headers))]
+        reply += [(n.lower(), v) for n, v in kept]
         self._h2.send_headers(stream_id, reply)
         await self._flush()
         async for chunk in upstream.body():
-            await self._send_data(stream_id, chunk)
+            await self._send_data(stream_id, scrubber.feed(chunk))
+        await self._send_data(stream_id, scrubber.flush())
         self._h2.end_stream(stream_id)
         await self._flush()
+
+    async def _send_request(
+        self,
+        stream_id: int,
+        upstream: UpstreamExchange,
+        checked: Checked,
+        headers: Headers,
+        ended: bool,
+        stream: _Stream,
+        plan: Plan,
+        wire: WireRequest,
+    ) -> None:
+        """Head and body upstream (held until checked when a credential is in the
+        head); raises `_BodyRefused` on a placeholder in the body."""
+        credentials = self._gate.credentials
+        finder, held = Finder(), bytearray()
+        if not plan.applied:
+            await upstream.send_head(checked.method, checked.target, headers)
+        while not ended and (item := await _next_chunk(stream)) is not None:
+            data = item[0]
+            if credentials is not None and finder.feed(data):
+                raise _BodyRefused(credentials.body_refused(wire, plan))
+            if plan.applied and len(held) + len(data) > MAX_HELD_BODY:
+                raise _BodyRefused(
+                    Denied(413, f"a body over {MAX_HELD_BODY} bytes with a credential")
+                )
+            if plan.applied:
+                held += data
+            else:
+                await upstream.send_data(data)
+            if stream_id in self._streams:
+                self._h2.acknowledge_received_data(item[1], stream_id)
+                await self._flush()
+        if plan.applied:
+            await upstream.send_head(checked.method, checked.target, headers)
+            await upstream.send_data(bytes(held))
+        await upstream.end()
+        if credentials is not None:
+            credentials.allowed(wire, plan)
 
     async def _send_data(self, stream_id: int, data: bytes) -> None:
         view = memoryview(data)
@@ -237,7 +302,9 @@ class Http2Session:
             view = view[window:]
             await self._flush()
 
-    async def _respond(self, stream_id: int, status: int, reason: str) -> None:
+    async def _respond(
+        self, stream_id: int, status: int, reason: str, extra: Headers | None = None
+    ) -> None:
         body = f"space gateway: {reason}\n".encode()
         try:
             self._h2.send_headers(
@@ -246,6 +313,7 @@ class Http2Session:
                     (b":status", str(status).encode()),
                     (b"content-type", b"text/plain"),
                     (b"content-length", str(len(body)).encode()),
+                    *(extra or []),
                 ],
             )
             self._h2.send_data(stream_id, body, end_stream=True)

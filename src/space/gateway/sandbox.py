@@ -1,6 +1,9 @@
 """What the gateway holds for one sandbox: its policy, CA, open client connections,
 and its `Admission` (the counters its limits are checked against).
 
+`credentials` (set live by `set_credentials`) puts the sandbox's credentials on
+the requests the policy allowed (`space.credentials.wire`).
+
 The TLS base context's SNI callback is where a handshake is decided: the SNI must be
 a normalised name the policy allows, or the handshake fails with
 `unrecognized_name`; otherwise the connection switches to that host's leaf context.
@@ -11,6 +14,7 @@ from __future__ import annotations
 import ssl
 from typing import Protocol
 
+from space.credentials.wire import Denied, Plan, WireCredentials, WireRequest
 from space.gateway.audit import AuditLog, AuditRecord
 from space.gateway.ca import SandboxCA, server_context
 from space.gateway.limits import Admission, GatewayLimits, NodeQuotas
@@ -49,6 +53,7 @@ class SandboxGate:
         self.tasks = TaskSet()
         self.connections: set[ClientConnection] = set()
         self.resolved: dict[str, list[str]] = {}
+        self.credentials: WireCredentials | None = None
         self._audit = audit
         self.tls_context = server_context()
         self.tls_context.sni_callback = self._on_sni
@@ -63,6 +68,17 @@ class SandboxGate:
             request = connection.request
             if not connection.busy or request is None or not decide(request, policy).allowed:
                 connection.abort()
+
+    def set_credentials(self, credentials: WireCredentials | None) -> None:
+        """Hold the sandbox's credentials; the next request uses them (no restart)."""
+        self.credentials = credentials
+
+    def plan(self, request: WireRequest) -> Plan | Denied:
+        """The credentials applied to an allowed request (none when it has none)."""
+        credentials = self.credentials
+        if credentials is None:
+            return Plan(request.headers, (), (), 0.0)
+        return credentials.plan(request)
 
     def _on_sni(
         self, sslobj: ssl.SSLObject | ssl.SSLSocket, name: str | None, _: ssl.SSLContext
