@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 from tests.e2e.server import SpaceServer
 
-from bench.stats import emit, summary
+from bench.stats import emit, summary, value
 from space.cli import local_node
 from space.node.storage.pool import release_pool
 from space.seam.values import ExecRequest, SandboxSpec
@@ -160,10 +160,8 @@ async def _throughput(server: SpaceServer, http: httpx.AsyncClient, count: int) 
     wall = time.perf_counter() - started
     ids = [r for r in results if isinstance(r, str)]
     failed = [r for r in results if not isinstance(r, str)]
-    emit(
-        f"{f'{count} concurrent creates':<34} ok={len(ids):<3} failed={len(failed):<3} "
-        f"wall={wall:8.2f}s  {len(ids) / wall:6.2f} sandboxes/s"
-    )
+    note = f"ok={len(ids)} failed={len(failed)} wall={wall:.2f}s"
+    value(f"{count} concurrent creates", len(ids) / wall, "sandboxes/s", note)
     for error in failed[:3]:
         emit(f"  e.g. {type(error).__name__}: {error}")
     emit(_warm_line(_minus(await _warm_counts(http), before)))

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from bench.nodes import bench_node
-from bench.stats import emit, summary
+from bench.stats import emit, summary, value
 from space.node.local import LocalNode
 from space.seam.values import ExecRequest, SandboxSpec
 
@@ -48,11 +48,11 @@ async def main(count: int, cycles: int) -> None:
         rss = statistics.fmean(u[0] for u in usage) / 1024
         pss = statistics.fmean(u[1] for u in usage) / 1024
         used = (available - mem_available_kib()) / 1024 / count
-        emit(f"{'idle sandboxes measured':<34} {count}")
-        emit(f"{'VMM RSS per sandbox':<34} {rss:9.1f} MiB")
-        emit(f"{'VMM PSS per sandbox':<34} {pss:9.1f} MiB")
-        emit(f"{'host memory used per sandbox':<34} {used:9.1f} MiB (MemAvailable delta)")
-        emit(f"{'fit in MemAvailable':<34} {int(available / 1024 / max(used, 1)):9d} sandboxes")
+        value("idle sandboxes measured", count, "sandboxes")
+        value("VMM RSS per sandbox", rss, "MiB")
+        value("VMM PSS per sandbox", pss, "MiB")
+        value("host memory used per sandbox", used, "MiB", "MemAvailable delta")
+        value("fit in MemAvailable", available // 1024 // max(int(used), 1), "sandboxes")
         for sandbox_id in ids[1:]:
             await node.destroy_sandbox(sandbox_id)
         await _suspend_restore(node, ids[0], cycles)

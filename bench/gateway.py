@@ -21,7 +21,7 @@ from pathlib import Path
 from tests.redteam.fakenet import DNS_IP, FAKE_PUBLIC, WEB_IP, FakeInternet
 from tests.redteam.vethguest import VethGuest
 
-from bench.stats import emit, percentile
+from bench.stats import emit, percentile, summary, value
 from space.gateway import Gateway
 from space.gateway.ceiling import Ceiling
 
@@ -130,17 +130,15 @@ async def _report(
         many = await _client(netns, ca, requests, connections, "/small")
         size = megabytes * 1_000_000 // 8
         bulk = await _client(netns, ca, 8, 1, f"/bytes/{size}")
-        emit(
-            f"{name:<8} {requests / many['elapsed']:8.0f} req/s ({connections} keep-alive "
-            f"connections)  {bulk['bytes'] / bulk['elapsed'] / 1e6:8.1f} MB/s  "
-            f"p50={percentile(single['times'], 50) * 1000:6.2f}ms "  # type: ignore[arg-type]
-            f"p90={percentile(single['times'], 90) * 1000:6.2f}ms"
-        )  # type: ignore[arg-type]
+        rate = requests / many["elapsed"]  # type: ignore[operator]
+        value(f"{name} requests", rate, "req/s", f"{connections} keep-alive connections")
+        value(f"{name} bulk", bulk["bytes"] / bulk["elapsed"] / 1e6, "MB/s")  # type: ignore[operator]
+        emit(summary(f"{name} request latency", single["times"]))  # type: ignore[arg-type]
     for q in (50, 90):
         added = percentile(latency["gateway"], q) - percentile(latency["direct"], q)
-        emit(f"added latency p{q}: {added * 1000:6.2f}ms per request (keep-alive, 1 connection)")
+        value(f"added latency p{q}", added * 1000, "ms", "keep-alive, 1 connection")
         added = percentile(fresh["gateway"], q) - percentile(fresh["direct"], q)
-        emit(f"added latency p{q}: {added * 1000:6.2f}ms per request on a new TLS connection")
+        value(f"added latency p{q}, new TLS", added * 1000, "ms", "a new connection each")
 
 
 if __name__ == "__main__":

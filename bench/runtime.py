@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from bench.nodes import bench_node
-from bench.stats import emit, percentile, summary
+from bench.stats import emit, percentile, summary, value
 from space.node.local import LocalNode
 from space.seam.values import ExecRequest, SandboxSpec
 
@@ -53,7 +53,7 @@ async def _bench(node: LocalNode, boots: int, execs: int, template: str) -> None
     emit(summary("host fork/exec `true` (baseline)", host))
     emit(summary("exec round trip `true`", rtts))
     ratio = percentile(rtts, 50) / percentile(host, 50)
-    emit(f"{'ratio exec p50 / host p50':<34} {ratio:.1f}x")
+    value("ratio exec p50 / host p50", ratio, "x")
     await _files(node)
 
 
@@ -78,9 +78,9 @@ async def _files(node: LocalNode) -> None:
         received += len(chunk)
     down = FILE_MB / (time.perf_counter() - started)
     assert received == len(payload)
-    emit(f"{'host file write (baseline)':<34} {host_rate:9.1f} MB/s")
-    emit(f"{'file upload into sandbox':<34} {up:9.1f} MB/s ({FILE_MB} MB)")
-    emit(f"{'file download from sandbox':<34} {down:9.1f} MB/s ({FILE_MB} MB)")
+    value("host file write (baseline)", host_rate, "MB/s")
+    value("file upload into sandbox", up, "MB/s", f"{FILE_MB} MB")
+    value("file download from sandbox", down, "MB/s", f"{FILE_MB} MB")
 
 
 if __name__ == "__main__":

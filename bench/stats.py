@@ -1,9 +1,17 @@
-"""Percentiles and a uniform way to print benchmark figures."""
+"""Percentiles and a uniform way to print benchmark figures.
+
+Every figure printed through `summary` or `value` is also kept in `FIGURES` (and
+every printed line in `LINES`), so `python -m bench all --json` can write them.
+"""
 
 from __future__ import annotations
 
 import statistics
 import sys
+from typing import Any
+
+FIGURES: list[dict[str, Any]] = []
+LINES: list[str] = []
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -14,14 +22,26 @@ def percentile(samples: list[float], q: float) -> float:
 
 def summary(name: str, samples: list[float], unit: str = "ms", scale: float = 1000.0) -> str:
     values = [s * scale for s in samples]
-    return (
-        f"{name:<34} n={len(values):<4} p50={percentile(values, 50):9.2f}{unit} "
-        f"p90={percentile(values, 90):9.2f}{unit} p99={percentile(values, 99):9.2f}{unit} "
-        f"max={max(values):9.2f}{unit} "
-        f"mean={statistics.fmean(values):9.2f}{unit}"
+    shown = {
+        "p50": percentile(values, 50),
+        "p90": percentile(values, 90),
+        "p99": percentile(values, 99),
+        "max": max(values),
+        "mean": statistics.fmean(values),
+    }
+    FIGURES.append({"name": name, "unit": unit, "n": len(values), **shown})
+    return f"{name:<34} n={len(values):<4} " + " ".join(
+        f"{key}={number:9.2f}{unit}" for key, number in shown.items()
     )
 
 
+def value(name: str, number: float, unit: str, note: str = "") -> None:
+    """Print and keep one figure (`note`: how it was measured)."""
+    FIGURES.append({"name": name, "unit": unit, "value": number, "note": note})
+    emit(f"{name:<34} {number:9.2f} {unit}" + (f" ({note})" if note else ""))
+
+
 def emit(line: str) -> None:
+    LINES.append(line)
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
