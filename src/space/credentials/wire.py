@@ -339,3 +339,49 @@ class WireCredentials:
                 latency_ms=(time.perf_counter() - started) * 1000,
             )
         )
+
+
+#: A request that carries a credential is held until its body is checked, up to this.
+MAX_HELD_BODY = 1 << 20
+
+
+class BodyRefused(Exception):
+    """A request body the gateway will not send upstream (its answer: `denied`)."""
+
+    def __init__(self, denied: Denied) -> None:
+        super().__init__(denied.reason)
+        self.denied = denied
+
+
+class HeldBody:
+    """A request body on its way upstream, for both protocols: every chunk is checked
+    for placeholders; with a credential in the head (`plan.applied`) the whole body is
+    held (at most `MAX_HELD_BODY`) and only released once checked, so nothing of a
+    refused request leaves."""
+
+    def __init__(
+        self, credentials: WireCredentials | None, request: WireRequest, plan: Plan
+    ) -> None:
+        self._credentials = credentials
+        self._request = request
+        self._plan = plan
+        self._finder = Finder()
+        self._held = bytearray()
+
+    def feed(self, data: bytes) -> bytes:
+        """What may go upstream now (nothing while held); BodyRefused on a
+        placeholder or past the bound."""
+        if self._credentials is not None and self._finder.feed(data):
+            raise BodyRefused(self._credentials.body_refused(self._request, self._plan))
+        if not self._plan.applied:
+            return data
+        if len(self._held) + len(data) > MAX_HELD_BODY:
+            raise BodyRefused(Denied(413, f"a body over {MAX_HELD_BODY} bytes with a credential"))
+        self._held += data
+        return b""
+
+    def release(self) -> bytes:
+        """The held body, once all of it passed (the use is audited as allowed)."""
+        if self._credentials is not None:
+            self._credentials.allowed(self._request, self._plan)
+        return bytes(self._held)

@@ -14,7 +14,7 @@ from typing import Any
 
 import h11
 
-from space.credentials.wire import Denied, Finder, Plan, Scrubber, WireRequest
+from space.credentials.wire import BodyRefused, Denied, HeldBody, Plan, Scrubber, WireRequest
 from space.gateway.audit import request_record
 from space.gateway.checks import Checked, Headers, Refused, check_request
 from space.gateway.exchange import IO_TIMEOUT, READ_SIZE, UpstreamExchange, response_headers
@@ -22,9 +22,6 @@ from space.gateway.policy import Request, decide
 from space.gateway.relay import relay
 from space.gateway.sandbox import SandboxGate
 from space.gateway.upstream import UpstreamError, Upstreams
-
-#: A request that carries a credential is held until its body is checked, up to this.
-MAX_HELD_BODY = 1 << 20
 
 
 class Http1Session:
@@ -186,29 +183,22 @@ class Http1Session:
         """Send head and body upstream; a placeholder in the body refuses the request.
         With a credential in the head, the body is held and checked before anything
         is sent (the secret never leaves for a refused request)."""
-        credentials = self._gate.credentials
-        finder, held = Finder(), bytearray()
+        body = HeldBody(self._gate.credentials, wire, plan)
         if not plan.applied:
             await upstream.send_head(checked.method, checked.target, headers)
-        while not isinstance(event := await self._next(IO_TIMEOUT), h11.EndOfMessage):
-            if not isinstance(event, h11.Data):
-                return False
-            data = bytes(event.data)
-            if credentials is not None and finder.feed(data):
-                return await self._refuse_body(upstream, credentials.body_refused(wire, plan))
-            if plan.applied and len(held) + len(data) > MAX_HELD_BODY:
-                too_big = Denied(413, f"a body over {MAX_HELD_BODY} bytes with a credential")
-                return await self._refuse_body(upstream, too_big)
-            if plan.applied:
-                held += data
-            else:
-                await upstream.send_data(data)
+        try:
+            while not isinstance(event := await self._next(IO_TIMEOUT), h11.EndOfMessage):
+                if not isinstance(event, h11.Data):
+                    return False
+                if data := body.feed(bytes(event.data)):
+                    await upstream.send_data(data)
+        except BodyRefused as refused:
+            return await self._refuse_body(upstream, refused.denied)
+        held = body.release()
         if plan.applied:
             await upstream.send_head(checked.method, checked.target, headers)
-            await upstream.send_data(bytes(held))
+            await upstream.send_data(held)
         await upstream.end()
-        if credentials is not None:
-            credentials.allowed(wire, plan)
         return True
 
     async def _refuse_body(self, upstream: UpstreamExchange, denied: Denied) -> bool:

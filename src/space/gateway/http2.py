@@ -17,7 +17,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
-from space.credentials.wire import Denied, Finder, Plan, Scrubber, WireRequest
+from space.credentials.wire import BodyRefused, Denied, HeldBody, Plan, Scrubber, WireRequest
 from space.gateway.audit import request_record
 from space.gateway.checks import Checked, Headers, Refused, check_request
 from space.gateway.exchange import IO_TIMEOUT, READ_SIZE, UpstreamExchange, response_headers
@@ -28,14 +28,6 @@ from space.tasks import TaskSet
 
 IDLE_TIMEOUT = 120.0
 MAX_IDLE_UPSTREAMS = 8
-#: A request that carries a credential is held until its body is checked, up to this.
-MAX_HELD_BODY = 1 << 20
-
-
-class _BodyRefused(Exception):
-    def __init__(self, denied: Denied) -> None:
-        super().__init__(denied.reason)
-        self.denied = denied
 
 
 @dataclass
@@ -153,7 +145,7 @@ class Http2Session:
         self.request = checked.request
         try:
             await self._forward(stream_id, upstream, checked, ended, stream, plan, wire)
-        except _BodyRefused as refused:
+        except BodyRefused as refused:
             upstream.close()
             await self._respond(stream_id, refused.denied.status, refused.denied.reason)
             return
@@ -260,32 +252,21 @@ class Http2Session:
         wire: WireRequest,
     ) -> None:
         """Head and body upstream (held until checked when a credential is in the
-        head); raises `_BodyRefused` on a placeholder in the body."""
-        credentials = self._gate.credentials
-        finder, held = Finder(), bytearray()
+        head); raises `BodyRefused` on a placeholder in the body."""
+        body = HeldBody(self._gate.credentials, wire, plan)
         if not plan.applied:
             await upstream.send_head(checked.method, checked.target, headers)
         while not ended and (item := await _next_chunk(stream)) is not None:
-            data = item[0]
-            if credentials is not None and finder.feed(data):
-                raise _BodyRefused(credentials.body_refused(wire, plan))
-            if plan.applied and len(held) + len(data) > MAX_HELD_BODY:
-                raise _BodyRefused(
-                    Denied(413, f"a body over {MAX_HELD_BODY} bytes with a credential")
-                )
-            if plan.applied:
-                held += data
-            else:
+            if data := body.feed(item[0]):
                 await upstream.send_data(data)
             if stream_id in self._streams:
                 self._h2.acknowledge_received_data(item[1], stream_id)
                 await self._flush()
+        held = body.release()
         if plan.applied:
             await upstream.send_head(checked.method, checked.target, headers)
-            await upstream.send_data(bytes(held))
+            await upstream.send_data(held)
         await upstream.end()
-        if credentials is not None:
-            credentials.allowed(wire, plan)
 
     async def _send_data(self, stream_id: int, data: bytes) -> None:
         view = memoryview(data)
