@@ -113,9 +113,7 @@ class LocalNode:
 
         Unclaimed warm VMs are torn down (an open would not adopt them anyway).
         """
-        await self._stop_refill()
-        for entry in self._warm.drain():
-            await self._host.teardown(entry.record.slot, entry)
+        await self._drain_warm()
         await self._host.aclose()
 
     async def __aenter__(self) -> LocalNode:
@@ -131,9 +129,7 @@ class LocalNode:
         await self.aclose()
 
     async def destroy_all(self) -> None:
-        await self._stop_refill()
-        for entry in self._warm.drain():
-            await self._host.teardown(entry.record.slot, entry)
+        await self._drain_warm()
         for sandbox_id in list(self._host.sandboxes):
             await self.destroy_sandbox(sandbox_id)
 
@@ -321,6 +317,20 @@ class LocalNode:
 
     async def attach(self, sandbox_id: str, pid: int) -> AgentProcess:
         return await self._ops.attach(sandbox_id, pid)
+
+    async def _drain_warm(self) -> None:
+        """Stop refilling and tear every unclaimed warm VM down, all at once: a VM slow
+        to answer its `quit` under load holds up no other. One that fails keeps its
+        record (the next start finishes it) and is logged."""
+        await self._stop_refill()
+        entries = self._warm.drain()
+        results = await asyncio.gather(
+            *(self._host.teardown(entry.record.slot, entry) for entry in entries),
+            return_exceptions=True,
+        )
+        for entry, result in zip(entries, results, strict=True):
+            if isinstance(result, Exception):
+                log.warning("warm VM %s: teardown failed: %s", entry.record.slot, result)
 
     async def _stop_refill(self) -> None:
         if self._warm_task is not None:
