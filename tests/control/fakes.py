@@ -25,6 +25,7 @@ from typing import Literal
 
 from space.seam.errors import SandboxNotFound
 from space.seam.values import (
+    CredentialGrant,
     EgressRecord,
     ExecRequest,
     ExecResult,
@@ -136,6 +137,7 @@ class FakeNode:
     )
     egress: dict[str, list[EgressRecord]] = field(default_factory=dict)  # oldest first
     ports: dict[tuple[str, int], int] = field(default_factory=dict)  # guest port -> loopback
+    grants: dict[str, list[CredentialGrant]] = field(default_factory=dict)  # oldest first
 
     async def open_port(
         self, sandbox_id: str, port: int
@@ -149,6 +151,10 @@ class FakeNode:
     async def set_network_policy(self, sandbox_id: str, policy: dict[str, object] | None) -> None:
         self._require(sandbox_id)
         self.policies[sandbox_id] = policy
+
+    async def set_credentials(self, sandbox_id: str, grant: CredentialGrant) -> None:
+        self._require(sandbox_id)
+        self.grants.setdefault(sandbox_id, []).append(grant)
 
     async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
         self._require(sandbox_id)

@@ -10,6 +10,7 @@ from prometheus_client.registry import Collector
 
 from space.api import e2b
 from space.api.bootstrap import open_database
+from space.api.credential_push import CredentialPush
 from space.api.credential_service import CredentialService
 from space.api.errors import install_error_handlers
 from space.api.ingress import Ingress
@@ -50,8 +51,15 @@ def create_app(
     controller = _controller(settings, db, node, activity)
     registry = _registry(settings, db, node, activity)
     lifecycle: Lifecycle = controller or DbWaiter(db, timeout=settings.timeouts.create)
+    credential_service = CredentialService(settings, db)
+    pushes = CredentialPush(credential_service, db, node, settings.timeouts.node_call)
     service = SandboxService(
-        settings=settings, db=db, node=node, lifecycle=lifecycle, processes=registry
+        settings=settings,
+        db=db,
+        node=node,
+        lifecycle=lifecycle,
+        processes=registry,
+        credentials=pushes,
     )
     metrics = Metrics(db, node, metrics_from)
     e2b_front = e2b.E2bFront(settings)
@@ -72,7 +80,8 @@ def create_app(
     app = FastAPI(title="SPACE", version=API_VERSION, lifespan=lifespan)
     app.state.space = AppState(settings, db, node, lifecycle, service, registry, activity)
     app.state.metrics = metrics
-    app.state.credentials = CredentialService(settings, db)
+    app.state.credentials = credential_service
+    app.state.credential_push = pushes
     if node is not None:  # started by `space up` next to the HTTP server
         app.state.ingress = Ingress(
             settings=settings, db=db, node=node, lifecycle=lifecycle, activity=activity

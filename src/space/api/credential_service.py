@@ -20,8 +20,10 @@ from sqlalchemy.orm import Session
 from space.config import Settings
 from space.credentials.audit import AuditEvent, AuditFile, AuditFileError
 from space.credentials.crypto import FileKeyProvider, KeyProvider, secret_file
+from space.credentials.scopes import SandboxRef
 from space.store.credential_audit import AuditRepo
 from space.store.db import Database
+from space.store.models import Project, Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,12 @@ class CredentialService:
         self.config = settings.credentials
         self.data_dir = settings.data_dir
         self.db = db
+
+    def sandbox_ref(self, session: Session, sandbox: Sandbox) -> SandboxRef:
+        """What scope resolution needs to know of a sandbox."""
+        project = session.get(Project, sandbox.project_id) if sandbox.project_id else None
+        name = project.name if project else None
+        return SandboxRef(sandbox.id, sandbox.org_id, name, sandbox.template)
 
     @cached_property
     def keys(self) -> KeyProvider:

@@ -37,6 +37,7 @@ from typing import Any, Literal, TypeVar
 
 from sqlalchemy.exc import IntegrityError
 
+from space.api.credential_push import CredentialPush
 from space.api.errors import ApiError, out_of_bounds
 from space.api.process_registry import ProcessRegistry
 from space.api.quotas import admit_sandbox
@@ -85,12 +86,14 @@ class SandboxService:
         node: NodeClient | None,
         lifecycle: Lifecycle,
         processes: ProcessRegistry | None,
+        credentials: CredentialPush | None = None,
     ) -> None:
         self._settings = settings
         self._db = db
         self._node = node
         self._lifecycle = lifecycle
         self._processes = processes
+        self._credentials = credentials
 
     async def create(
         self, principal: Principal, request: SandboxRequest, idempotency_key: str | None = None
@@ -120,6 +123,8 @@ class SandboxService:
             raise ApiError(502, "sandbox_create_failed", f"sandbox {row.id}: {row.reason}")
         if row.state != SandboxState.RUNNING.value:
             raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
+        if self._credentials is not None:
+            await self._credentials.created(row)
         return row
 
     def _insert(self, principal: Principal, new: NewSandbox) -> str:

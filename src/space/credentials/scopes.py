@@ -18,9 +18,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from space.credentials.model import (
     SCOPES,
@@ -151,6 +152,28 @@ class ViewEntry:
             "limits": [[b.key.level, b.key.target, b.rate.rps, b.rate.burst] for b in self.limits],
         }
 
+    def to_json(self) -> dict[str, Any]:
+        """`canonical` plus the kind: all `from_json` needs to rebuild it."""
+        return {**self.canonical(), "kind": self.kind}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ViewEntry:
+        return cls(
+            credential_id=data["id"],
+            name=data["name"],
+            kind=data["kind"],
+            application=dict(data["application"]),
+            binding=Binding.model_validate(data["binding"]),
+            policy=Policy.model_validate(data["policy"]),
+            value_version=int(data["value_version"]),
+            placeholder=data["placeholder"],
+            expires_at=datetime.fromisoformat(data["expires_at"]) if data["expires_at"] else None,
+            limits=tuple(
+                BucketLimit(BucketKey(level, target, data["id"]), RateLimit(rps=rps, burst=burst))
+                for level, target, rps, burst in data["limits"]
+            ),
+        )
+
 
 @dataclass(frozen=True)
 class ViewStamp:
@@ -172,6 +195,26 @@ class CredentialView:
     @property
     def stamp(self) -> ViewStamp:
         return ViewStamp(self.version, self.digest)
+
+    def to_json(self) -> dict[str, Any]:
+        """The view as it crosses the node seam (no values)."""
+        return {
+            "sandbox_id": self.sandbox_id,
+            "version": self.version,
+            "digest": self.digest,
+            "entries": [entry.to_json() for entry in self.entries],
+            "excluded": [list(item) for item in self.excluded],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CredentialView:
+        return cls(
+            sandbox_id=data["sandbox_id"],
+            version=int(data["version"]),
+            digest=data["digest"],
+            entries=tuple(ViewEntry.from_json(entry) for entry in data["entries"]),
+            excluded=tuple((name, why) for name, why in data["excluded"]),
+        )
 
 
 def _chain(

@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from space import faults
+from space.credentials.scopes import CredentialView
 from space.node import ingress
 from space.node.agent import AgentClient, AgentProcess
 from space.node.agentops import AgentOps, OsErrorWatch
@@ -40,6 +41,7 @@ from space.node.warm import WarmPools
 from space.seam.errors import SandboxUnavailable, SnapshotMissing
 from space.seam.protocol import CommandHandle
 from space.seam.values import (
+    CredentialGrant,
     EgressRecord,
     ExecRequest,
     ExecResult,
@@ -251,6 +253,14 @@ class LocalNode:
         sandbox = self.sandbox(sandbox_id)
         await self._host.egress.set_policy(sandbox.record.slot, policy)
         self._host.save(sandbox, dataclasses.replace(sandbox.record, network=policy))
+
+    async def set_credentials(self, sandbox_id: str, grant: CredentialGrant) -> None:
+        sandbox = self.sandbox(sandbox_id)
+        view = CredentialView.from_json(grant.view)
+        values = dict(grant.values)
+        self._host.egress.set_credentials(
+            sandbox.record.slot, grant.org_id, view, lambda cid, version: values[f"{cid}:{version}"]
+        )
 
     async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
         self.sandbox(sandbox_id)  # SandboxNotFound if this node does not hold it

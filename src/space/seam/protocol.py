@@ -12,6 +12,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, Protocol
 
 from space.seam.values import (
+    CredentialGrant,
     EgressRecord,
     ExecRequest,
     ExecResult,
@@ -81,6 +82,11 @@ class NodeClient(Protocol):
 
     async def set_network_policy(self, sandbox_id: str, policy: dict[str, Any] | None) -> None:
         """Apply a new egress policy version to a running sandbox (open connections too)."""
+        ...
+
+    async def set_credentials(self, sandbox_id: str, grant: CredentialGrant) -> None:
+        """Hand a running sandbox's gateway a new credential view (a newer version
+        replaces the held one on the next request; an older one is ignored)."""
         ...
 
     async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:

@@ -25,6 +25,17 @@ class SandboxSpec:
 
 
 @dataclass(frozen=True)
+class CredentialGrant:
+    """A sandbox's credential view on its way to the node's gateway: the view as
+    `space.credentials.scopes.CredentialView.to_json` writes it (no values), and the
+    value of each entry, revealed by the control plane, keyed `"<credential id>:<version>"`."""
+
+    org_id: str
+    view: dict[str, Any]
+    values: dict[str, str] = field(repr=False)
+
+
+@dataclass(frozen=True)
 class SandboxObservation:
     """What a node reports about one sandbox it holds."""
 

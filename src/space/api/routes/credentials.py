@@ -24,6 +24,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from space.api.credential_push import CredentialPush
 from space.api.credential_service import CredentialService
 from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep
 from space.api.errors import ApiError, out_of_bounds
@@ -36,12 +37,12 @@ from space.credentials.model import (
     Policy,
     Scope,
 )
-from space.credentials.scopes import SandboxRef, WideningError
+from space.credentials.scopes import WideningError
 from space.store.credential_audit import AuditFilter, AuditRepo
 from space.store.credentials import CredentialExists, CredentialRepo
 from space.store.errors import NotFound
 from space.store.keys import KeyRepo, Principal
-from space.store.models import Org, Project, utcnow
+from space.store.models import Org, utcnow
 from space.store.sandboxes import SandboxRepo
 
 router = APIRouter(tags=["credentials"])
@@ -186,6 +187,13 @@ def _service(request: Request) -> CredentialService:
     return service
 
 
+async def _pushed(request: Request, out: CredentialOut) -> CredentialOut:
+    """After a change: the org's running sandboxes get their new views."""
+    push: CredentialPush = request.app.state.credential_push
+    await push.org_changed(out.org)
+    return out
+
+
 def _scope(principal: Principal) -> str | None:
     """The org whose credentials the caller manages; None for the operator (all)."""
     return None if principal.is_admin else principal.org_id
@@ -305,7 +313,7 @@ async def create_credential(
             raise ApiError(409, "conflict", str(exc), "name") from exc
         return _out(session, credential), _event(principal, credential, "created")
 
-    return service.commit(run)
+    return await _pushed(request, service.commit(run))
 
 
 def _org_id(session: Session, name: str) -> str:
@@ -378,7 +386,7 @@ async def rotate_credential(
             keys=service.keys,
         )
 
-    return _changed(service, principal, "rotated", rotate)
+    return await _pushed(request, _changed(service, principal, "rotated", rotate))
 
 
 @router.post("/v1/credentials/{credential_id}/revoke")
@@ -386,12 +394,13 @@ async def revoke_credential(
     credential_id: str, principal: PrincipalDep, request: Request
 ) -> CredentialOut:
     """Every version stops at once (idempotent)."""
-    return _changed(
+    revoked = _changed(
         _service(request),
         principal,
         "revoked",
         lambda repo, org_id: repo.revoke(credential_id, org_id),
     )
+    return await _pushed(request, revoked)
 
 
 @router.put("/v1/credentials/{credential_id}/bindings")
@@ -416,20 +425,21 @@ async def bind_credential(
         except ValueError as exc:
             raise ApiError(422, "validation_error", str(exc), "binding") from exc
 
-    return _changed(_service(request), principal, "bound", bind)
+    return await _pushed(request, _changed(_service(request), principal, "bound", bind))
 
 
 @router.delete("/v1/credentials/{credential_id}", status_code=204)
 async def delete_credential(
     credential_id: str, principal: PrincipalDep, request: Request
 ) -> Response:
-    def run(session: Session) -> tuple[None, AuditEvent]:
+    def run(session: Session) -> tuple[CredentialOut, AuditEvent]:
         repo = CredentialRepo(session)
         credential = repo.get(credential_id, _scope(principal))
+        out = _out(session, credential)
         repo.delete(credential_id, _scope(principal))
-        return None, _event(principal, credential, "deleted")
+        return out, _event(principal, credential, "deleted")
 
-    _service(request).commit(run)
+    await _pushed(request, _service(request).commit(run))
     return Response(status_code=204)
 
 
@@ -440,9 +450,7 @@ async def sandbox_credentials(
     """The sandbox's current view: what its gateway will apply, never a value."""
     service = _service(request)
     with state.db.session() as session:
-        project = session.get(Project, sandbox.project_id) if sandbox.project_id else None
-        name = project.name if project else None
-        ref = SandboxRef(sandbox.id, sandbox.org_id, name, sandbox.template)
+        ref = service.sandbox_ref(session, sandbox)
         view = CredentialRepo(session).view(ref, service.placeholder_secret, utcnow())
     return SandboxCredentials(
         version=view.version,

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from space.credentials.scopes import CredentialView
+from space.credentials.wire import Reveal
 from space.gateway import Gateway, Policy, UnknownSandbox
 from space.gateway.audit import AuditRecord
 from space.gateway.ceiling import Ceiling, IPAddress, IPNetwork
@@ -149,6 +151,10 @@ class Egress:
 
     async def set_policy(self, slot: str, policy: Mapping[str, Any] | None) -> Policy:
         return self.gateway.set_policy(slot, policy)
+
+    def set_credentials(self, slot: str, org_id: str, view: CredentialView, reveal: Reveal) -> None:
+        """The sandbox's credential view, applied by its gateway from the next request."""
+        self.gateway.set_credentials(slot, org_id, view, reveal)
 
     def audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
         """The sandbox's newest `limit` decisions, newest first."""

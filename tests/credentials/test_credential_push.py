@@ -1,0 +1,79 @@
+"""Credential views reach the node: a new sandbox of an org with credentials gets its
+view with the values revealed, and every change (create, rotate, revoke, bind,
+delete) reaches every running sandbox of that org, and only of that org."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from space.credentials.scopes import CredentialView
+from space.seam.values import CredentialGrant
+from tests.control.fakes import FakeNode
+from tests.credentials.test_api_credentials import NEW_VALUE, VALUE, created
+
+pytestmark = pytest.mark.credentials
+
+
+def latest(fake_node: FakeNode, sandbox_id: str) -> tuple[CredentialView, CredentialGrant]:
+    grant = fake_node.grants[sandbox_id][-1]
+    return CredentialView.from_json(grant.view), grant
+
+
+async def test_a_new_sandbox_gets_its_view_with_the_values(
+    client: httpx.AsyncClient, fake_node: FakeNode
+) -> None:
+    credential = await created(client)
+    sandbox_id = (await client.post("/v1/sandboxes", json={})).json()["id"]
+    view, grant = latest(fake_node, sandbox_id)
+    [entry] = view.entries
+    shown = (await client.get(f"/v1/sandboxes/{sandbox_id}/credentials")).json()
+    assert entry.credential_id == credential["id"]
+    assert entry.placeholder == shown["credentials"][0]["placeholder"]
+    assert view.version == shown["version"]
+    assert grant.values == {f"{credential['id']}:{entry.value_version}": VALUE}
+    assert VALUE not in repr(grant)  # a log line of the grant never shows the value
+
+
+async def test_changes_reach_running_sandboxes_of_the_org_only(
+    client: httpx.AsyncClient, fake_node: FakeNode, make_key: Callable[..., str]
+) -> None:
+    mine = (await client.post("/v1/sandboxes", json={})).json()["id"]
+    theirs = await client.post(
+        "/v1/sandboxes", json={}, headers={"Authorization": f"Bearer {make_key('other')}"}
+    )
+    assert mine not in fake_node.grants  # the org had no credential at its create
+    credential = await created(client)
+    first, _ = latest(fake_node, mine)
+    assert [e.credential_id for e in first.entries] == [credential["id"]]
+
+    rotated = await client.post(
+        f"/v1/credentials/{credential['id']}/rotate", json={"value": NEW_VALUE}
+    )
+    assert rotated.status_code == 200, rotated.text
+    second, grant = latest(fake_node, mine)
+    assert second.version > first.version and NEW_VALUE in grant.values.values()
+
+    assert (await client.post(f"/v1/credentials/{credential['id']}/revoke")).status_code == 200
+    third, grant = latest(fake_node, mine)
+    assert third.version > second.version and third.entries == () and grant.values == {}
+    assert ("GITHUB_TOKEN", "revoked") in third.excluded
+
+    assert (await client.delete(f"/v1/credentials/{credential['id']}")).status_code == 204
+    assert len(fake_node.grants[mine]) == 4
+    assert theirs.json()["id"] not in fake_node.grants
+
+
+async def test_a_node_that_fails_the_push_fails_no_call(
+    client: httpx.AsyncClient, fake_node: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(sandbox_id: str, grant: CredentialGrant) -> None:
+        raise ConnectionError("node lost")
+
+    await created(client)
+    monkeypatch.setattr(fake_node, "set_credentials", broken)
+    answer = await client.post("/v1/sandboxes", json={})
+    assert answer.status_code == 201, answer.text
+    assert (await client.get(f"/v1/sandboxes/{answer.json()['id']}")).json()["state"] == "running"
