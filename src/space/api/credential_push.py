@@ -75,7 +75,7 @@ class CredentialPush:
             repo = CredentialRepo(session)
             view = repo.view(service.sandbox_ref(session, row), service.placeholder_secret, now)
             values = {
-                f"{e.credential_id}:{e.value_version}": repo.reveal(
+                CredentialGrant.key(e.credential_id, e.value_version): repo.reveal(
                     e.credential_id, e.value_version, service.keys, now
                 )
                 for e in view.entries

@@ -257,10 +257,7 @@ class LocalNode:
     async def set_credentials(self, sandbox_id: str, grant: CredentialGrant) -> None:
         sandbox = self.sandbox(sandbox_id)
         view = CredentialView.from_json(grant.view)
-        values = dict(grant.values)
-        self._host.egress.set_credentials(
-            sandbox.record.slot, grant.org_id, view, lambda cid, version: values[f"{cid}:{version}"]
-        )
+        self._host.egress.set_credentials(sandbox.record.slot, grant.org_id, view, grant.value)
 
     async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
         self.sandbox(sandbox_id)  # SandboxNotFound if this node does not hold it

@@ -34,6 +34,15 @@ class CredentialGrant:
     view: dict[str, Any]
     values: dict[str, str] = field(repr=False)
 
+    @staticmethod
+    def key(credential_id: str, version: int) -> str:
+        """Where `values` keeps the value of `version` of a credential."""
+        return f"{credential_id}:{version}"
+
+    def value(self, credential_id: str, version: int) -> str:
+        """The revealed value (KeyError for one the view does not hold)."""
+        return self.values[self.key(credential_id, version)]
+
 
 @dataclass(frozen=True)
 class SandboxObservation:
