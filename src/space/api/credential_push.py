@@ -57,22 +57,22 @@ class CredentialPush:
         if self._node is None:
             return
         try:
-            if only_with_credentials and not await asyncio.to_thread(self._has_any, row.org_id):
+            grant = await asyncio.to_thread(self._grant, row, only_with_credentials)
+            if grant is None:
                 return
-            grant = await asyncio.to_thread(self._grant, row)
             async with asyncio.timeout(self._timeout):
                 await self._node.set_credentials(row.id, grant)
         except Exception as exc:  # this sandbox keeps its previous view; the rest go on
             log.error("credentials: sandbox %s did not get its new view: %s", row.id, exc)
 
-    def _has_any(self, org_id: str) -> bool:
-        with self._db.session() as session:
-            return CredentialRepo(session).count(org_id) > 0
-
-    def _grant(self, row: Sandbox) -> CredentialGrant:
+    def _grant(self, row: Sandbox, only_with_credentials: bool) -> CredentialGrant | None:
+        """The view and its values; None if asked `only_with_credentials` and the org
+        holds none (a create then stamps no view)."""
         service, now = self._service, utcnow()
         with self._db.session() as session:
             repo = CredentialRepo(session)
+            if only_with_credentials and repo.count(row.org_id) == 0:
+                return None
             view = repo.view(service.sandbox_ref(session, row), service.placeholder_secret, now)
             values = {
                 CredentialGrant.key(e.credential_id, e.value_version): repo.reveal(
