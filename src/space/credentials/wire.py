@@ -177,7 +177,6 @@ class WireCredentials:
         self.view = view
         self.role, self.task_type = role, task_type
         self._reveal = reveal
-        self._values: dict[tuple[str, int], str] = {}
         self._limiter = limiter
         self._audit = audit
         self._clock = clock
@@ -189,8 +188,6 @@ class WireCredentials:
         self.view = view
         if reveal is not None:
             self._reveal = reveal
-        current = {(e.credential_id, e.value_version) for e in view.entries}
-        self._values = {k: v for k, v in self._values.items() if k in current}
 
     def plan(self, request: WireRequest) -> Plan | Denied:
         started = time.perf_counter()
@@ -280,7 +277,7 @@ class WireCredentials:
     ) -> tuple[Headers, list[tuple[bytes, bytes]]]:
         secrets: list[tuple[bytes, bytes]] = []
         for entry in entries:
-            value = self._value(entry).encode()
+            value = self._reveal(entry.credential_id, entry.value_version).encode()
             placeholder = entry.placeholder.encode()
             application = application_of(entry.application)
             secrets.append((value, placeholder))
@@ -302,13 +299,6 @@ class WireCredentials:
                 set_to = application.template.encode().replace(b"{value}", value)
             headers = [(n, v) for n, v in headers if n.lower() != name] + [(name, set_to)]
         return headers, secrets
-
-    def _value(self, entry: ViewEntry) -> str:
-        key = (entry.credential_id, entry.value_version)
-        value = self._values.get(key)
-        if value is None:
-            value = self._values[key] = self._reveal(*key)
-        return value
 
     def _deny(
         self,
