@@ -68,23 +68,30 @@ class _Output(threading.Thread):
 
 
 def _forward(command: Command, stdin: int, output: _Output, resized: threading.Event) -> None:
-    """Post what we read as stdin until the command ends; EOF on ours closes its stdin."""
+    """Post what we read as stdin until the command ends; EOF on ours closes its stdin.
+
+    A resize is sent before the input read with it: keys typed after a SIGWINCH
+    reach a guest whose terminal already has the new size.
+    """
     open_input = True
     while not output.done.is_set():
+        ready = _wait_for_input(stdin, output) if open_input else output.done.wait(POLL_SECONDS)
         if resized.is_set():
             resized.clear()
             command.resize(*_size(stdin))
-        if not open_input:
-            output.done.wait(POLL_SECONDS)
-            continue
-        ready, _, _ = select.select([stdin], [], [], POLL_SECONDS)
-        if not ready:
+        if not open_input or not ready:
             continue
         data = os.read(stdin, READ_BYTES)
         if output.done.is_set():
             return
         command.send_stdin(data, eof=not data)
         open_input = bool(data)
+
+
+def _wait_for_input(stdin: int, output: _Output) -> bool:
+    """True once stdin has something to read (a SIGWINCH's handler runs before this returns)."""
+    ready, _, _ = select.select([stdin], [], [], POLL_SECONDS)
+    return bool(ready) and not output.done.is_set()
 
 
 def _size(fd: int) -> tuple[int, int]:
