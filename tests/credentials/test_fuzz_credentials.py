@@ -45,6 +45,10 @@ def test_the_credential_routes_answer_no_fuzzed_request_with_a_server_error(
         "30",
         "--seed",
         "11",
+        # the health checks judge the generator (its rejected examples, its speed on a
+        # loaded host), not the server: one failed a CI-loaded run with no request wrong
+        "--suppress-health-check",
+        "all",
         "--no-shrink",
         "-H",
         f"Authorization: Bearer {ADMIN_KEY}",

@@ -134,6 +134,10 @@ def schemathesis(
         str(REQUEST_DEADLINE),
         "--seed",
         str(SEED),
+        # the health checks judge the generator (its rejected examples, its speed on a
+        # loaded host), not the server: one failed a CI-loaded run with no request wrong
+        "--suppress-health-check",
+        "all",
         "--no-shrink",
         "-H",
         f"Authorization: Bearer {server.key}",
