@@ -17,6 +17,7 @@ anything else as exit 0 with no output.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import posixpath
 import time
 from collections.abc import AsyncIterable, AsyncIterator
@@ -155,6 +156,8 @@ class FakeNode:
     async def set_credentials(self, sandbox_id: str, grant: CredentialGrant) -> None:
         self._require(sandbox_id)
         self.grants.setdefault(sandbox_id, []).append(grant)
+        held = self.vms[sandbox_id]
+        self.vms[sandbox_id] = dataclasses.replace(held, credentials_version=grant.version)
 
     async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
         self._require(sandbox_id)

@@ -1,13 +1,17 @@
 """Credential views reach the node: a new sandbox of an org with credentials gets its
-view with the values revealed, and every change (create, rotate, revoke, bind,
-delete) reaches every running sandbox of that org, and only of that org."""
+view with the values revealed, every change (create, rotate, revoke, bind,
+delete) reaches every running sandbox of that org, and only of that org, and a
+gateway left behind (a node restart, a failed push) catches up on the next
+reconcile pass."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from space.credentials.scopes import CredentialView
 from space.seam.values import CredentialGrant
@@ -77,3 +81,49 @@ async def test_a_node_that_fails_the_push_fails_no_call(
     answer = await client.post("/v1/sandboxes", json={})
     assert answer.status_code == 201, answer.text
     assert (await client.get(f"/v1/sandboxes/{answer.json()['id']}")).json()["state"] == "running"
+
+
+async def reconcile(app: FastAPI) -> None:
+    await app.state.space.lifecycle.reconcile_once()
+
+
+async def test_a_node_that_forgot_every_view_gets_them_back_on_the_next_pass(
+    app: FastAPI, client: httpx.AsyncClient, fake_node: FakeNode
+) -> None:
+    await created(client)
+    sandbox_id = (await client.post("/v1/sandboxes", json={})).json()["id"]
+    pushed, _ = latest(fake_node, sandbox_id)
+    await reconcile(app)
+    assert len(fake_node.grants[sandbox_id]) == 1  # its gateway is up to date: nothing sent
+
+    held = fake_node.vms[sandbox_id]  # a node restart: the gateway holds no view any more
+    fake_node.vms[sandbox_id] = dataclasses.replace(held, credentials_version=None)
+    await reconcile(app)
+    again, grant = latest(fake_node, sandbox_id)
+    assert again.version == pushed.version and grant.values
+    assert len(fake_node.grants[sandbox_id]) == 2
+
+
+async def test_a_rotation_whose_push_failed_arrives_on_the_next_pass(
+    app: FastAPI, client: httpx.AsyncClient, fake_node: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    credential = await created(client)
+    sandbox_id = (await client.post("/v1/sandboxes", json={})).json()["id"]
+    before, _ = latest(fake_node, sandbox_id)
+    working = fake_node.set_credentials
+
+    async def broken(sandbox_id: str, grant: CredentialGrant) -> None:
+        raise ConnectionError("node lost")
+
+    monkeypatch.setattr(fake_node, "set_credentials", broken)
+    rotated = await client.post(
+        f"/v1/credentials/{credential['id']}/rotate", json={"value": NEW_VALUE}
+    )
+    assert rotated.status_code == 200, rotated.text
+    assert latest(fake_node, sandbox_id)[0].version == before.version  # the push was lost
+
+    monkeypatch.setattr(fake_node, "set_credentials", working)
+    await reconcile(app)
+    after, grant = latest(fake_node, sandbox_id)
+    assert after.version > before.version and NEW_VALUE in grant.values.values()
+    assert fake_node.vms[sandbox_id].credentials_version == after.version

@@ -314,6 +314,8 @@ async def test_rotation_and_revocation_take_effect_on_the_next_request(w: World)
     world.values[(cred.id, 2)] = second
     rotated = world.give(replace(cred, version=2))
     assert rotated.version == view.version + 1
+    assert world.gateway.credentials_version(world.guest.sandbox_id) == rotated.version
+    assert world.gateway.credentials_version("no-such-sandbox") is None
     assert status(await world.curl(f"https://{API}/r")) == 200
     assert world.api.received[-1][1]["x-token"] == second
     revoked = world.give(replace(cred, version=2, revoked_at=datetime.now(UTC)))

@@ -48,11 +48,11 @@ def create_app(
     gateway's counters)."""
     db = db or open_database(settings)
     activity = Activity()
-    controller = _controller(settings, db, node, activity)
-    registry = _registry(settings, db, node, activity)
-    lifecycle: Lifecycle = controller or DbWaiter(db, timeout=settings.timeouts.create)
     credential_service = CredentialService(settings, db)
     pushes = CredentialPush(credential_service, db, node, settings.timeouts.node_call)
+    controller = _controller(settings, db, node, activity, pushes)
+    registry = _registry(settings, db, node, activity)
+    lifecycle: Lifecycle = controller or DbWaiter(db, timeout=settings.timeouts.create)
     service = SandboxService(
         settings=settings,
         db=db,
@@ -113,7 +113,11 @@ def create_app(
 
 
 def _controller(
-    settings: Settings, db: Database, node: NodeClient | None, activity: Activity
+    settings: Settings,
+    db: Database,
+    node: NodeClient | None,
+    activity: Activity,
+    pushes: CredentialPush,
 ) -> Controller | None:
     if node is None:
         return None
@@ -123,6 +127,7 @@ def _controller(
         timeouts=settings.timeouts,
         config=settings.controller,
         activity=activity,
+        after_pass=pushes.resync,
     )
 
 

@@ -8,23 +8,27 @@ created, if its org holds any credential, and after every credential change
 gateway applies a newer version from the next request and ignores an older one.
 
 A push that fails (node gone, timeout, a value that no longer opens) is logged for
-that sandbox alone and never fails the API call that caused it; the sandbox keeps
-the view it had until the next change reaches it. Without a node in this process
-(`space api` as a replica) nothing is pushed.
+that sandbox alone and never fails the API call that caused it. `resync`, run by
+the controller after every reconcile pass, is the backstop: a running sandbox whose
+gateway holds an older version than the one stamped for it (a failed push), or none
+(a node restart forgets every view), gets its view again. Without a node in this
+process (`space api` as a replica) nothing is pushed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from sqlalchemy import select
 
 from space.api.credential_service import CredentialService
 from space.seam.protocol import NodeClient
-from space.seam.values import CredentialGrant
+from space.seam.values import CredentialGrant, SandboxObservation
 from space.store.credentials import CredentialRepo
 from space.store.db import Database
+from space.store.models import CredentialView as ViewRow
 from space.store.models import Org, Sandbox, utcnow
 from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState
@@ -52,6 +56,25 @@ class CredentialPush:
             rows = SandboxRepo(session).list_for_org(org_id) if org_id else []
         running = [r for r in rows if r.state == SandboxState.RUNNING.value]
         await asyncio.gather(*(self._push(row) for row in running))
+
+    async def resync(self, observed: Sequence[SandboxObservation]) -> None:
+        """Push again to every running sandbox whose gateway is behind its stamped view."""
+        held = {o.sandbox_id: o.credentials_version for o in observed if o.state == "running"}
+        if self._node is None or not held:
+            return
+        behind = await asyncio.to_thread(self._behind, held)
+        for row in behind:
+            log.info("credentials: sandbox %s's gateway is behind its view, pushing", row.id)
+        await asyncio.gather(*(self._push(row) for row in behind))
+
+    def _behind(self, held: dict[str, int | None]) -> list[Sandbox]:
+        with self._db.session() as session:
+            stamps = session.execute(
+                select(ViewRow.sandbox_id, ViewRow.version).where(ViewRow.sandbox_id.in_(held))
+            )
+            ids = [sid for sid, version in stamps if (held[sid] or 0) < version]
+            rows = session.scalars(select(Sandbox).where(Sandbox.id.in_(ids))).all() if ids else []
+        return [r for r in rows if r.state == SandboxState.RUNNING.value]
 
     async def _push(self, row: Sandbox, *, only_with_credentials: bool = False) -> None:
         if self._node is None:

@@ -37,6 +37,7 @@ from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+AfterPass = Callable[[list[SandboxObservation]], Awaitable[None]]
 
 
 class Controller:
@@ -49,12 +50,15 @@ class Controller:
         config: ControllerConfig,
         activity: Activity | None = None,
         fence: Callable[[], None] | None = None,
+        after_pass: AfterPass | None = None,
     ) -> None:
         """`fence` raises `NotLeader` once this process may no longer act (a deposed
         leader, `space.control.leader`); it is checked before every create, destroy
-        and state write."""
+        and state write. `after_pass` gets what the node observed at the end of
+        every reconcile pass (the credential views' backstop)."""
         self._db = db
         self._fence = fence or _unfenced
+        self._after_pass = after_pass
         self._node = node
         self._timeouts = timeouts
         self._config = config
@@ -102,6 +106,8 @@ class Controller:
                 raise  # the rest would fail alike: the pass ends, the next one retries
             except Exception:
                 log.exception("reconcile: %s %s failed", action.verb, action.sandbox_id)
+        if self._after_pass is not None:
+            await self._after_pass(observed)
 
     def start(self) -> None:
         """Run the reconciler and the expiry sweep in the background (first passes now)."""

@@ -192,6 +192,13 @@ class Gateway:
     def serving(self) -> bool:
         return bool(self._sandboxes)
 
+    def credentials_version(self, sandbox_id: str) -> int | None:
+        """The credential view version a sandbox's requests get (None: no view, or
+        a sandbox this gateway does not serve)."""
+        listening = self._sandboxes.get(sandbox_id)
+        credentials = listening.gate.credentials if listening is not None else None
+        return credentials.view.version if credentials is not None else None
+
     def gate(self, sandbox_id: str) -> SandboxGate:
         try:
             return self._sandboxes[sandbox_id].gate

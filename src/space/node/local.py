@@ -155,7 +155,14 @@ class LocalNode:
         await self._host.destroy(sandbox_id)
 
     async def observe(self) -> list[SandboxObservation]:
-        return [sandbox.observation() for sandbox in self._host.sandboxes.values()]
+        egress = self._host.egress
+        return [
+            dataclasses.replace(
+                sandbox.observation(),
+                credentials_version=egress.credentials_version(sandbox.record.slot),
+            )
+            for sandbox in self._host.sandboxes.values()
+        ]
 
     async def pause_sandbox(self, sandbox_id: str) -> None:
         sandbox = await self._host.live(sandbox_id)

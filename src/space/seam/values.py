@@ -43,15 +43,22 @@ class CredentialGrant:
         """The revealed value (KeyError for one the view does not hold)."""
         return self.values[self.key(credential_id, version)]
 
+    @property
+    def version(self) -> int:
+        """The view's version (a gateway applies only a newer one)."""
+        return int(self.view["version"])
+
 
 @dataclass(frozen=True)
 class SandboxObservation:
-    """What a node reports about one sandbox it holds."""
+    """What a node reports about one sandbox it holds; `credentials_version` is the
+    credential view version its gateway applies (None: it holds no view)."""
 
     sandbox_id: str
     state: ObservedState
     template: str
     reason: str | None = None
+    credentials_version: int | None = None
 
 
 @dataclass(frozen=True)

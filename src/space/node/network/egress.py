@@ -156,6 +156,9 @@ class Egress:
         """The sandbox's credential view, applied by its gateway from the next request."""
         self.gateway.set_credentials(slot, org_id, view, reveal)
 
+    def credentials_version(self, slot: str) -> int | None:
+        return self.gateway.credentials_version(slot)
+
     def audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
         """The sandbox's newest `limit` decisions, newest first."""
         records = self.gateway.audit.for_sandbox(sandbox_id)
