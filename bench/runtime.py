@@ -26,7 +26,7 @@ from space.seam.values import ExecRequest, SandboxSpec
 FILE_MB = 64
 GUEST_FORKS = 100
 # One exec times a loop inside the guest; prints nanoseconds (GNU date, `base`).
-_TIMED = 'a=$(date +%s%N); {body}; b=$(date +%s%N); echo $((b - a))'
+_TIMED = "a=$(date +%s%N); {body}; b=$(date +%s%N); echo $((b - a))"
 
 
 async def main(boots: int, execs: int, template: str) -> None:
