@@ -70,16 +70,18 @@ class _Output(threading.Thread):
 def _forward(command: Command, stdin: int, output: _Output, resized: threading.Event) -> None:
     """Post what we read as stdin until the command ends; EOF on ours closes its stdin.
 
-    A resize is sent before the input read with it: keys typed after a SIGWINCH
-    reach a guest whose terminal already has the new size.
+    A resize is sent after each wait and before the input read after it: keys typed
+    after a SIGWINCH reach a guest whose terminal already has the new size.
     """
     open_input = True
     while not output.done.is_set():
-        ready = _wait_for_input(stdin, output) if open_input else output.done.wait(POLL_SECONDS)
+        ready = _input_ready(stdin, output, open_input)
+        if output.done.is_set():
+            return
         if resized.is_set():
             resized.clear()
             command.resize(*_size(stdin))
-        if not open_input or not ready:
+        if not ready:
             continue
         data = os.read(stdin, READ_BYTES)
         if output.done.is_set():
@@ -88,10 +90,14 @@ def _forward(command: Command, stdin: int, output: _Output, resized: threading.E
         open_input = bool(data)
 
 
-def _wait_for_input(stdin: int, output: _Output) -> bool:
-    """True once stdin has something to read (a SIGWINCH's handler runs before this returns)."""
+def _input_ready(stdin: int, output: _Output, open_input: bool) -> bool:
+    """Wait up to POLL_SECONDS; True if stdin has something to read. A SIGWINCH
+    during the wait has run its handler by the time this returns."""
+    if not open_input:
+        output.done.wait(POLL_SECONDS)
+        return False
     ready, _, _ = select.select([stdin], [], [], POLL_SECONDS)
-    return bool(ready) and not output.done.is_set()
+    return bool(ready)
 
 
 def _size(fd: int) -> tuple[int, int]:
