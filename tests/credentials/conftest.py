@@ -1,5 +1,5 @@
-"""The credentials tests' fixtures: a migrated database (SQLite and PostgreSQL) and
-sealing keys in the test's own directory."""
+"""The credentials tests' fixtures: a migrated database (SQLite and PostgreSQL),
+sealing keys in the test's own directory, and the wire world (`wireworld`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import pytest
 
 from space.credentials.crypto import FileKeyProvider
 from space.store.db import Database, make_engine, upgrade
+from tests.credentials.wireworld import w, world
+
+__all__ = ["keys", "store", "w", "world"]
 
 
 @pytest.fixture

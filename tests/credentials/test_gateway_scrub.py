@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from space.credentials.wire import Finder, Scrubber
+from space.credentials.stream import Finder, Scrubber
 
 pytestmark = pytest.mark.credentials
 

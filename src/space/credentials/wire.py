@@ -7,10 +7,11 @@ egress policy allowed a request: it refuses any placeholder (`space_ph_…`, the
 sandbox's own or anyone's) outside the one place it may be (the bound header of
 an HTTPS request to a bound host, method and path, of a credential still usable),
 takes a token from the rate-limit buckets, and answers the headers to send with
-the values in them. The body is checked with a `Finder` (a placeholder split
-across chunks is still found); the response with a `Scrubber` (a value echoed
-back reaches the guest as its placeholder). Every decision that involves a
-credential is appended to the audit chain; values never are.
+the values in them. An OAuth2 client-credentials entry puts a bearer token from the
+node's `TokenCache` in `Authorization` (minted on the host; a request to its token
+endpoint, or one carrying a token it minted, is refused). The body and response
+are handled in `space.credentials.stream`. Every decision that involves a
+credential is appended to the audit chain; values and tokens never are.
 """
 
 from __future__ import annotations
@@ -19,12 +20,21 @@ import base64
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 
 from space.credentials.audit import GENESIS, AuditEvent, AuditFile, AuditRecord, chain
-from space.credentials.model import BasicApply, HeaderApply, PlaceholderApply, application_of
+from space.credentials.model import (
+    AnyApplication,
+    BasicApply,
+    HeaderApply,
+    OAuth2Apply,
+    PlaceholderApply,
+    application_of,
+)
+from space.credentials.oauth import MintError, TokenCache, TokenRequest, is_token_endpoint
 from space.credentials.ratelimit import RateLimiter, retry_after_header
 from space.credentials.scopes import PLACEHOLDER_PREFIX, CredentialView, ViewEntry, host_matches
 
@@ -88,72 +98,23 @@ class Plan:
         return bool(self.entries)
 
 
-class Finder:
-    """Whether a placeholder occurs in a stream fed in chunks (bounded carry-over)."""
-
-    def __init__(self) -> None:
-        self._carry = b""
-
-    def feed(self, chunk: bytes) -> bool:
-        data = self._carry + chunk
-        self._carry = data[-(PLACEHOLDER_BYTES - 1) :]
-        return PLACEHOLDER.search(data) is not None
-
-
-class Scrubber:
-    """Replaces each secret by its placeholder in a stream; holds back at most
-    `len(longest secret) - 1` bytes between chunks, so a split secret is still caught."""
-
-    def __init__(self, secrets: Iterable[tuple[bytes, bytes]]) -> None:
-        self._secrets = sorted(secrets, key=lambda s: -len(s[0]))
-        self._hold = max((len(s) for s, _ in self._secrets), default=1) - 1
-        self._firsts = sorted({s[:1] for s, _ in self._secrets if s})
-        self._carry = b""
-
-    def feed(self, chunk: bytes) -> bytes:
-        data = self._carry + chunk
-        if not self._secrets:
-            return data
-        out, self._carry = self._split(data)
-        return out
-
-    def flush(self) -> bytes:
-        data, self._carry = self._replace(self._carry), b""
-        return data
-
-    def headers(self, headers: Headers) -> Headers:
-        return [(name, self._replace(value)) for name, value in headers]
-
-    def _replace(self, data: bytes) -> bytes:
-        for secret, placeholder in self._secrets:
-            data = data.replace(secret, placeholder)
-        return data
-
-    def _split(self, data: bytes) -> tuple[bytes, bytes]:
-        """Scrubbed output, and the tail that may start a secret cut by the chunk end."""
-        replaced = self._replace(data)
-        cut = len(replaced)
-        for first in self._firsts:  # the earliest tail position a secret may start at
-            at = replaced.find(first, max(0, len(replaced) - self._hold))
-            while at != -1 and at < cut:
-                if any(secret.startswith(replaced[at:]) for secret, _ in self._secrets):
-                    cut = at
-                    break
-                at = replaced.find(first, at + 1)
-        return replaced[:cut], replaced[cut:]
-
-
 def _bound_header(entry: ViewEntry) -> bytes | None:
     application = application_of(entry.application)
     if isinstance(application, HeaderApply | PlaceholderApply):
         return application.header.lower().encode()
-    if isinstance(application, BasicApply):
+    if isinstance(application, BasicApply | OAuth2Apply):
         return b"authorization"
-    return None  # OAuth2 and SigV4 are not applied on the wire yet
+    return None  # SigV4 is not applied on the wire yet
 
 
 def _path(target: bytes) -> str:
     return target.split(b"?", 1)[0].decode("latin-1")
+
+
+class _MintFailed(Exception):
+    def __init__(self, entry: ViewEntry, error: MintError) -> None:
+        super().__init__(str(error))
+        self.entry, self.error = entry, error
 
 
 class WireCredentials:
@@ -168,6 +129,7 @@ class WireCredentials:
         *,
         limiter: RateLimiter,
         audit: AuditChain,
+        tokens: TokenCache,
         role: str | None = None,
         task_type: str | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -179,6 +141,7 @@ class WireCredentials:
         self._reveal = reveal
         self._limiter = limiter
         self._audit = audit
+        self._tokens = tokens
         self._clock = clock
 
     def update(self, view: CredentialView, reveal: Reveal | None = None) -> None:
@@ -189,13 +152,38 @@ class WireCredentials:
         if reveal is not None:
             self._reveal = reveal
 
-    def plan(self, request: WireRequest) -> Plan | Denied:
+    async def plan(self, request: WireRequest) -> Plan | Denied:
         started = time.perf_counter()
         view = self.view
-        mine = {e.placeholder.encode(): e for e in view.entries}
         found = self._placeholders(request)
         if not found and not view.entries:
             return Plan(request.headers, (), (), started)
+        entries = self._choose(request, view, found, started)
+        if isinstance(entries, Denied):
+            return entries
+        if not entries:  # nothing bound here, or a placeholder credential left unused
+            return Plan(request.headers, (), (), started)
+        wait = self._limiter.take([(b.key, b.rate) for e in entries for b in e.limits])
+        if wait is not None:
+            header = (b"retry-after", retry_after_header(wait).encode())
+            return self._deny(request, entries[0], started, 429, "rate limited", [header])
+        try:
+            headers, secrets = await self._apply(request.headers, entries)
+        except _MintFailed as failed:
+            return self._deny(request, failed.entry, started, 502, str(failed.error))
+        return Plan(headers, tuple(entries), tuple(secrets), started)
+
+    def _choose(
+        self,
+        request: WireRequest,
+        view: CredentialView,
+        found: list[tuple[bytes | None, bytes]],
+        started: float,
+    ) -> list[ViewEntry] | Denied:
+        """The entries that apply to `request`, or why it is refused."""
+        for entry in view.entries:
+            if (problem := self._token_misuse(entry, request)) is not None:
+                return self._deny(request, entry, started, 403, problem)
         now = self._clock()
         entries: list[ViewEntry] = []
         for entry in view.entries:
@@ -205,25 +193,33 @@ class WireCredentials:
                 if not entry.policy.allows(self.role, self.task_type, now):
                     return self._deny(request, entry, started, 403, "credential policy denies")
                 entries.append(entry)
+        mine = {e.placeholder.encode(): e for e in view.entries}
         for where, token in found:
             owner = mine.get(token)
             problem = self._misuse(where, owner, entries, request)
             if problem is not None:
                 return self._deny(request, owner, started, 403, problem)
         sent = set(found)
-        entries = [
+        return [
             e
             for e in entries
             if e.kind != "placeholder" or (_bound_header(e), e.placeholder.encode()) in sent
         ]
-        if not entries:  # a placeholder credential the guest did not use: nothing to do
-            return Plan(request.headers, (), (), started)
-        wait = self._limiter.take([(b.key, b.rate) for e in entries for b in e.limits])
-        if wait is not None:
-            header = (b"retry-after", retry_after_header(wait).encode())
-            return self._deny(request, entries[0], started, 429, "rate limited", [header])
-        headers, secrets = self._apply(request.headers, entries)
-        return Plan(headers, tuple(entries), tuple(secrets), started)
+
+    def _token_misuse(self, entry: ViewEntry, request: WireRequest) -> str | None:
+        """A request to an OAuth2 credential's token endpoint, or one carrying a token
+        the gateway minted (the guest must never hold one)."""
+        application = application_of(entry.application)
+        if not isinstance(application, OAuth2Apply):
+            return None
+        if is_token_endpoint(application, request.host, _path(request.target)):
+            return "request to a credential's token endpoint"
+        token = self._tokens.cached((entry.credential_id, entry.value_version))
+        if token is not None and (
+            token in request.target or any(token in value for _, value in request.headers)
+        ):
+            return "a minted token sent by the guest"
+        return None
 
     def allowed(self, request: WireRequest, plan: Plan) -> None:
         """Audit each credential a forwarded request carried."""
@@ -272,33 +268,45 @@ class WireCredentials:
             and any(path.startswith(prefix) for prefix in binding.path_prefixes)
         )
 
-    def _apply(
+    async def _apply(
         self, headers: Headers, entries: list[ViewEntry]
     ) -> tuple[Headers, list[tuple[bytes, bytes]]]:
         secrets: list[tuple[bytes, bytes]] = []
         for entry in entries:
-            value = self._reveal(entry.credential_id, entry.value_version).encode()
+            value = self._reveal(entry.credential_id, entry.value_version)
             placeholder = entry.placeholder.encode()
             application = application_of(entry.application)
-            secrets.append((value, placeholder))
+            secrets.append((value.encode(), placeholder))
             if isinstance(application, PlaceholderApply):
                 name = application.header.lower().encode()
                 headers = [
-                    (n, v.replace(placeholder, value) if n.lower() == name else v)
+                    (n, v.replace(placeholder, value.encode()) if n.lower() == name else v)
                     for n, v in headers
                 ]
                 continue
-            if isinstance(application, BasicApply):
-                name = b"authorization"
-                token = base64.b64encode(application.user.encode() + b":" + value)
-                secrets.append((token, placeholder))
-                set_to = b"Basic " + token
-            else:
-                assert isinstance(application, HeaderApply)
-                name = application.header.lower().encode()
-                set_to = application.template.encode().replace(b"{value}", value)
+            name, set_to, secret = await self._header(entry, application, value)
+            if secret is not None:
+                secrets.append((secret, placeholder))
             headers = [(n, v) for n, v in headers if n.lower() != name] + [(name, set_to)]
         return headers, secrets
+
+    async def _header(
+        self, entry: ViewEntry, application: AnyApplication, value: str
+    ) -> tuple[bytes, bytes, bytes | None]:
+        """(header name, what it is set to, another form of the secret to scrub)."""
+        if isinstance(application, BasicApply):
+            token = base64.b64encode(f"{application.user}:{value}".encode())
+            return b"authorization", b"Basic " + token, token
+        if isinstance(application, OAuth2Apply):
+            key = (entry.credential_id, entry.value_version)
+            try:
+                bearer = await self._tokens.token(key, partial(TokenRequest.of, application, value))
+            except MintError as exc:
+                raise _MintFailed(entry, exc) from exc
+            return b"authorization", b"Bearer " + bearer, bearer
+        assert isinstance(application, HeaderApply)
+        name = application.header.lower().encode()
+        return name, application.template.encode().replace(b"{value}", value.encode()), None
 
     def _deny(
         self,
@@ -329,49 +337,3 @@ class WireCredentials:
                 latency_ms=(time.perf_counter() - started) * 1000,
             )
         )
-
-
-#: A request that carries a credential is held until its body is checked, up to this.
-MAX_HELD_BODY = 1 << 20
-
-
-class BodyRefused(Exception):
-    """A request body the gateway will not send upstream (its answer: `denied`)."""
-
-    def __init__(self, denied: Denied) -> None:
-        super().__init__(denied.reason)
-        self.denied = denied
-
-
-class HeldBody:
-    """A request body on its way upstream, for both protocols: every chunk is checked
-    for placeholders; with a credential in the head (`plan.applied`) the whole body is
-    held (at most `MAX_HELD_BODY`) and only released once checked, so nothing of a
-    refused request leaves."""
-
-    def __init__(
-        self, credentials: WireCredentials | None, request: WireRequest, plan: Plan
-    ) -> None:
-        self._credentials = credentials
-        self._request = request
-        self._plan = plan
-        self._finder = Finder()
-        self._held = bytearray()
-
-    def feed(self, data: bytes) -> bytes:
-        """What may go upstream now (nothing while held); BodyRefused on a
-        placeholder or past the bound."""
-        if self._credentials is not None and self._finder.feed(data):
-            raise BodyRefused(self._credentials.body_refused(self._request, self._plan))
-        if not self._plan.applied:
-            return data
-        if len(self._held) + len(data) > MAX_HELD_BODY:
-            raise BodyRefused(Denied(413, f"a body over {MAX_HELD_BODY} bytes with a credential"))
-        self._held += data
-        return b""
-
-    def release(self) -> bytes:
-        """The held body, once all of it passed (the use is audited as allowed)."""
-        if self._credentials is not None:
-            self._credentials.allowed(self._request, self._plan)
-        return bytes(self._held)

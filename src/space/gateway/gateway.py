@@ -4,7 +4,8 @@
 on UDP and TCP, HTTP, HTTPS; nftables redirects the guest's traffic to them) and a
 fresh CA; `set_policy` swaps a sandbox's policy with a new version and applies it to
 open connections; `set_credentials` gives it its credential view (applied on the
-wire, audited in `credential_audit`, limited by the node's `rate_limiter`);
+wire, audited in `credential_audit`, limited by the node's `rate_limiter`, OAuth2
+bearer tokens minted by `token_client` into the node's `tokens` cache);
 `unregister` closes everything the sandbox had. Upstream sockets
 are made in `upstream_netns` (None: the node's own namespace). Every policy is
 applied under the gateway's current operator ceiling (`set_ceiling`).
@@ -28,6 +29,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from space.credentials.oauth import TokenCache
 from space.credentials.ratelimit import RateLimiter
 from space.credentials.scopes import CredentialView
 from space.credentials.wire import AuditChain, Reveal, WireCredentials
@@ -43,6 +45,7 @@ from space.gateway.policy import Policy
 from space.gateway.proxy import serve_http, serve_https
 from space.gateway.resolver import Resolver
 from space.gateway.sandbox import SandboxGate
+from space.gateway.tokens import TokenClient
 from space.gateway.upstream import Upstreams
 
 
@@ -98,6 +101,8 @@ class Gateway:
             mark=mark,
             resolutions=limits.resolutions_per_node,
         )
+        self.token_client = TokenClient(self._upstreams, lambda: Policy().under(self.ceiling))
+        self.tokens = TokenCache(self.token_client.fetch)
         self._sandboxes: dict[str, _Listening] = {}
 
     async def register(
@@ -178,6 +183,7 @@ class Gateway:
                     reveal,
                     limiter=self.rate_limiter,
                     audit=self.credential_audit,
+                    tokens=self.tokens,
                 )
             )
         else:
@@ -223,6 +229,7 @@ class Gateway:
     async def close(self) -> None:
         for sandbox_id in list(self._sandboxes):
             await self.unregister(sandbox_id)
+        await self.tokens.aclose()
         self._sockets.close()
 
     async def _accept(

@@ -14,7 +14,8 @@ from typing import Any
 
 import h11
 
-from space.credentials.wire import BodyRefused, Denied, HeldBody, Plan, Scrubber, WireRequest
+from space.credentials.stream import BodyRefused, HeldBody, Scrubber
+from space.credentials.wire import Denied, Plan, WireRequest
 from space.gateway.audit import request_record
 from space.gateway.checks import Checked, Headers, Refused, check_request
 from space.gateway.exchange import IO_TIMEOUT, READ_SIZE, UpstreamExchange, response_headers
@@ -122,7 +123,7 @@ class Http1Session:
             checked.headers,
             tls=self._sni is not None,
         )
-        plan = self._gate.plan(wire)
+        plan = await self._gate.plan(wire)
         if isinstance(plan, Denied):
             self._audit(event, allowed=False, reason=plan.reason, status=plan.status, **fields)
             await self._refuse(plan.status, plan.reason, plan.headers)

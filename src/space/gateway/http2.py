@@ -17,7 +17,8 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
-from space.credentials.wire import BodyRefused, Denied, HeldBody, Plan, Scrubber, WireRequest
+from space.credentials.stream import BodyRefused, HeldBody, Scrubber
+from space.credentials.wire import Denied, Plan, WireRequest
 from space.gateway.audit import request_record
 from space.gateway.checks import Checked, Headers, Refused, check_request
 from space.gateway.exchange import IO_TIMEOUT, READ_SIZE, UpstreamExchange, response_headers
@@ -180,7 +181,7 @@ class Http2Session:
         wire = WireRequest(
             decision.host, method.decode("latin-1"), checked.target, checked.headers, tls=True
         )
-        plan = self._gate.plan(wire)
+        plan = await self._gate.plan(wire)
         if isinstance(plan, Denied):
             self._audit(
                 method, path, allowed=False, reason=plan.reason, status=plan.status, **fields

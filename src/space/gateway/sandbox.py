@@ -73,12 +73,12 @@ class SandboxGate:
         """Hold the sandbox's credentials; the next request uses them (no restart)."""
         self.credentials = credentials
 
-    def plan(self, request: WireRequest) -> Plan | Denied:
+    async def plan(self, request: WireRequest) -> Plan | Denied:
         """The credentials applied to an allowed request (none when it has none)."""
         credentials = self.credentials
         if credentials is None:
             return Plan(request.headers, (), (), 0.0)
-        return credentials.plan(request)
+        return await credentials.plan(request)
 
     def _on_sni(
         self, sslobj: ssl.SSLObject | ssl.SSLSocket, name: str | None, _: ssl.SSLContext
