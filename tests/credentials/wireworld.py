@@ -25,6 +25,7 @@ import h11
 import pytest
 import pytest_asyncio
 
+from space.credentials import sigv4
 from space.credentials.model import Binding, Credential, Policy
 from space.credentials.scopes import CredentialView, SandboxRef, resolve
 from space.gateway import Gateway
@@ -38,7 +39,9 @@ API = "api.cred.test"
 OTHER = "other.cred.test"
 AUTH = "auth.cred.test"  # a token endpoint's host, outside the guest's policy
 TOKEN_PATH = "/oauth/token"
-POLICY = {"mode": "allowlist", "allow": [API, OTHER]}
+S3 = "s3.cred.test"  # a fake S3 and STS that check SigV4 with the real keys
+STS = "sts.cred.test"
+POLICY = {"mode": "allowlist", "allow": [API, OTHER, S3, STS]}
 ORG = "org1"
 SECRET = b"placeholder-secret-for-tests"
 CURL = ("curl", "-sS", "--max-time", "15")
@@ -84,11 +87,46 @@ def _basic(header: str) -> str:
 
 
 @dataclass
+class FakeAws:
+    """S3 objects (PUT, GET) and STS GetCallerIdentity, behind a SigV4 check with the
+    real keys (`keys`: access key id -> secret)."""
+
+    keys: dict[str, str] = field(default_factory=dict)
+    objects: dict[str, bytes] = field(default_factory=dict)
+
+    def reply(
+        self, method: str, target: bytes, headers: dict[str, str], body: bytes
+    ) -> tuple[int, bytes]:
+        pairs = [(n.encode(), v.encode()) for n, v in headers.items()]
+        try:
+            auth = sigv4.parse_authorization(headers["authorization"].encode())
+            secret = self.keys[auth.key_id]
+            signed = sigv4.Signed(auth, headers["x-amz-date"])
+            sigv4.resign(
+                signed, method, target, pairs, body, guest_secret=secret, key_id="-", secret="-"
+            )
+        except (KeyError, sigv4.SigV4Error) as exc:
+            return 403, f"<Error><Code>SignatureDoesNotMatch</Code><M>{exc}</M></Error>".encode()
+        if auth.service == "sts" and b"Action=GetCallerIdentity" in body:
+            arn = f"arn:aws:iam::123456789012:user/{auth.key_id}"
+            return (
+                200,
+                f"<GetCallerIdentityResult><Arn>{arn}</Arn></GetCallerIdentityResult>".encode(),
+            )
+        if method == "PUT":
+            self.objects[target.decode()] = body
+            return 200, b""
+        found = self.objects.get(target.decode())
+        return (200, found) if found is not None else (404, b"<Error>NoSuchKey</Error>")
+
+
+@dataclass
 class FakeApi:
     """Records each request's headers and body; echoes them in 7-byte chunks."""
 
     received: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
     tokens: FakeTokens = field(default_factory=FakeTokens)
+    aws: FakeAws = field(default_factory=lambda: FakeAws())
 
     def saw(self, needle: str) -> bool:
         return any(
@@ -105,6 +143,12 @@ class FakeApi:
                     if isinstance(part, h11.Data):
                         body += bytes(part.data)
                 headers = {n.decode(): v.decode() for n, v in event.headers}
+                if headers.get("authorization", "").startswith("AWS4-HMAC-SHA256 "):
+                    self.received.append((event.target.decode(), headers, body))
+                    answer = self.aws.reply(event.method.decode(), event.target, headers, body)
+                    await self._answer(conn, writer, *answer)
+                    conn.start_next_cycle()
+                    continue
                 if event.target == TOKEN_PATH.encode():
                     await self._answer(conn, writer, *await self.tokens.reply(headers, body))
                     conn.start_next_cycle()
@@ -197,7 +241,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         subprocess.run(
             ["ip", "-n", internet.netns, "addr", "add", f"{API_IP}/32", "dev", "lo"], check=True
         )
-        for name in (API, OTHER, AUTH):
+        for name in (API, OTHER, AUTH, S3, STS):
             internet.dns.poison(name, API_IP)
         servers = await _start_api(internet, api)
         net = veth.create(egress.gateway)

@@ -5,7 +5,8 @@ A record says who did what with which credential, for which sandbox, host, metho
 and path (never a query string: it is cut off here), the decision and its latency;
 never a value. `chain` makes the next record, `verify` walks records and answers
 the first seq where the chain breaks (None when it holds). `AuditFile` keeps the
-records as JSON lines in a 0600 file (beside the database's copy).
+records as JSON lines in a 0600 file (beside the database's copy); `AuditChain` is
+the gateway's chain (kept in memory, optionally with such a file).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import hashlib
 import json
 import os
 import stat
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +145,27 @@ class AuditFile:
         mode = stat.S_IMODE(os.fstat(fd).st_mode)
         if mode & 0o077:
             raise AuditFileError(f"{self.path} has mode {mode:04o}: chmod 600 it")
+
+
+MAX_AUDIT_RING = 10_000
+
+
+class AuditChain:
+    """The gateway's side of the credential audit: records chained one after the
+    other (optionally appended to an `AuditFile` too), the last ones kept in memory."""
+
+    def __init__(self, file: AuditFile | None = None) -> None:
+        self.file = file
+        self.records: list[AuditRecord] = []
+        self._seq, self._prev = 0, GENESIS
+        self._lock = threading.Lock()
+
+    def append(self, event: AuditEvent) -> AuditRecord:
+        with self._lock:
+            record = chain(event, self._seq + 1, self._prev, datetime.now(UTC))
+            if self.file is not None:
+                self.file.append(record)
+            self._seq, self._prev = record.seq, record.hash
+            self.records.append(record)
+            del self.records[:-MAX_AUDIT_RING]
+            return record

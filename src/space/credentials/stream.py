@@ -113,8 +113,13 @@ class HeldBody:
         self._held += data
         return b""
 
-    def release(self) -> bytes:
-        """The held body, once all of it passed (the use is audited as allowed)."""
-        if self._credentials is not None:
-            self._credentials.allowed(self._request, self._plan)
-        return bytes(self._held)
+    def release(self, headers: Headers) -> tuple[Headers, bytes]:
+        """The headers to send (SigV4 re-signed) and the held body, once all of it
+        passed (the use is audited as allowed); BodyRefused on a bad signature."""
+        if self._credentials is None:
+            return headers, bytes(self._held)
+        finished = self._credentials.finish(self._request, self._plan, headers, bytes(self._held))
+        if isinstance(finished, Denied):
+            raise BodyRefused(finished)
+        self._credentials.allowed(self._request, self._plan)
+        return finished, bytes(self._held)

@@ -9,62 +9,44 @@ an HTTPS request to a bound host, method and path, of a credential still usable)
 takes a token from the rate-limit buckets, and answers the headers to send with
 the values in them. An OAuth2 client-credentials entry puts a bearer token from the
 node's `TokenCache` in `Authorization` (minted on the host; a request to its token
-endpoint, or one carrying a token it minted, is refused). The body and response
-are handled in `space.credentials.stream`. Every decision that involves a
-credential is appended to the audit chain; values and tokens never are.
+endpoint, or one carrying a token it minted, is refused). An AWS SigV4 entry
+applies to a request the guest signed with its placeholder (`space.credentials.sigv4`):
+`finish`, once the body is known, verifies that signature and signs again with the
+real key. The body and response are handled in `space.credentials.stream`. Every
+decision that involves a credential is appended to the audit chain; values and
+tokens never are.
 """
 
 from __future__ import annotations
 
 import base64
 import re
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 
-from space.credentials.audit import GENESIS, AuditEvent, AuditFile, AuditRecord, chain
+from space.credentials.audit import AuditChain, AuditEvent
 from space.credentials.model import (
     AnyApplication,
     BasicApply,
     HeaderApply,
     OAuth2Apply,
     PlaceholderApply,
+    SigV4Apply,
     application_of,
 )
 from space.credentials.oauth import MintError, TokenCache, TokenRequest, is_token_endpoint
 from space.credentials.ratelimit import RateLimiter, retry_after_header
 from space.credentials.scopes import PLACEHOLDER_PREFIX, CredentialView, ViewEntry, host_matches
+from space.credentials.sigv4 import Signed, SigV4Error, resign, shape
 
 Headers = list[tuple[bytes, bytes]]
 #: (credential id, value version) -> the value; host side only (the store's reveal).
 Reveal = Callable[[str, int], str]
 PLACEHOLDER = re.compile(re.escape(PLACEHOLDER_PREFIX).encode() + rb"[0-9a-f]{40}")
 PLACEHOLDER_BYTES = len(PLACEHOLDER_PREFIX) + 40
-MAX_AUDIT_RING = 10_000
-
-
-class AuditChain:
-    """The gateway's side of the credential audit: records chained one after the
-    other (optionally appended to an `AuditFile` too), the last ones kept in memory."""
-
-    def __init__(self, file: AuditFile | None = None) -> None:
-        self.file = file
-        self.records: list[AuditRecord] = []
-        self._seq, self._prev = 0, GENESIS
-        self._lock = threading.Lock()
-
-    def append(self, event: AuditEvent) -> AuditRecord:
-        with self._lock:
-            record = chain(event, self._seq + 1, self._prev, datetime.now(UTC))
-            if self.file is not None:
-                self.file.append(record)
-            self._seq, self._prev = record.seq, record.hash
-            self.records.append(record)
-            del self.records[:-MAX_AUDIT_RING]
-            return record
 
 
 @dataclass(frozen=True)
@@ -92,6 +74,8 @@ class Plan:
     #: (what the upstream may echo, what the guest sees instead)
     secrets: tuple[tuple[bytes, bytes], ...]
     started: float
+    #: SigV4 entries, re-signed once the body is known (`WireCredentials.finish`)
+    signing: tuple[tuple[ViewEntry, Signed], ...] = ()
 
     @property
     def applied(self) -> bool:
@@ -102,13 +86,21 @@ def _bound_header(entry: ViewEntry) -> bytes | None:
     application = application_of(entry.application)
     if isinstance(application, HeaderApply | PlaceholderApply):
         return application.header.lower().encode()
-    if isinstance(application, BasicApply | OAuth2Apply):
+    if isinstance(application, BasicApply | OAuth2Apply | SigV4Apply):
         return b"authorization"
-    return None  # SigV4 is not applied on the wire yet
+    return None
+
+
+def _carries(request: WireRequest, secret: bytes) -> bool:
+    return secret in request.target or any(secret in value for _, value in request.headers)
 
 
 def _path(target: bytes) -> str:
     return target.split(b"?", 1)[0].decode("latin-1")
+
+
+#: Kinds applied only to a request that carries the entry's placeholder.
+_USED_ONLY = ("placeholder", "aws_sigv4")
 
 
 class _MintFailed(Exception):
@@ -163,6 +155,9 @@ class WireCredentials:
             return entries
         if not entries:  # nothing bound here, or a placeholder credential left unused
             return Plan(request.headers, (), (), started)
+        signing = self._shapes(request, entries, started)
+        if isinstance(signing, Denied):
+            return signing
         wait = self._limiter.take([(b.key, b.rate) for e in entries for b in e.limits])
         if wait is not None:
             header = (b"retry-after", retry_after_header(wait).encode())
@@ -171,7 +166,52 @@ class WireCredentials:
             headers, secrets = await self._apply(request.headers, entries)
         except _MintFailed as failed:
             return self._deny(request, failed.entry, started, 502, str(failed.error))
-        return Plan(headers, tuple(entries), tuple(secrets), started)
+        return Plan(headers, tuple(entries), tuple(secrets), started, signing)
+
+    def _shapes(
+        self, request: WireRequest, entries: list[ViewEntry], started: float
+    ) -> tuple[tuple[ViewEntry, Signed], ...] | Denied:
+        """The SigV4 form of the request for each SigV4 entry, or why it is refused."""
+        signing: list[tuple[ViewEntry, Signed]] = []
+        for entry in entries:
+            application = application_of(entry.application)
+            if not isinstance(application, SigV4Apply):
+                continue
+            try:
+                signed = shape(request.headers, application.regions, application.services)
+            except SigV4Error as exc:
+                return self._deny(request, entry, started, 403, f"SigV4: {exc}")
+            if signed.auth.key_id != entry.placeholder:
+                return self._deny(
+                    request, entry, started, 403, "SigV4: not signed with the placeholder"
+                )
+            signing.append((entry, signed))
+        return tuple(signing)
+
+    def finish(
+        self, request: WireRequest, plan: Plan, headers: Headers, body: bytes
+    ) -> Headers | Denied:
+        """The headers to send once the whole body is known: each SigV4 request's
+        guest signature verified under its placeholder and replaced by the real one."""
+        for entry, signed in plan.signing:
+            application = application_of(entry.application)
+            assert isinstance(application, SigV4Apply)
+            try:
+                value = resign(
+                    signed,
+                    request.method,
+                    request.target,
+                    headers,
+                    body,
+                    guest_secret=entry.placeholder,
+                    key_id=application.access_key_id,
+                    secret=self._reveal(entry.credential_id, entry.value_version),
+                )
+            except SigV4Error as exc:
+                return self._deny(request, entry, plan.started, 403, f"SigV4: {exc}")
+            kept = [(n, v) for n, v in headers if n.lower() != b"authorization"]
+            headers = [*kept, (b"authorization", value)]
+        return headers
 
     def _choose(
         self,
@@ -182,7 +222,7 @@ class WireCredentials:
     ) -> list[ViewEntry] | Denied:
         """The entries that apply to `request`, or why it is refused."""
         for entry in view.entries:
-            if (problem := self._token_misuse(entry, request)) is not None:
+            if (problem := self._secret_misuse(entry, request)) is not None:
                 return self._deny(request, entry, started, 403, problem)
         now = self._clock()
         entries: list[ViewEntry] = []
@@ -203,21 +243,24 @@ class WireCredentials:
         return [
             e
             for e in entries
-            if e.kind != "placeholder" or (_bound_header(e), e.placeholder.encode()) in sent
+            if e.kind not in _USED_ONLY or (_bound_header(e), e.placeholder.encode()) in sent
         ]
 
-    def _token_misuse(self, entry: ViewEntry, request: WireRequest) -> str | None:
-        """A request to an OAuth2 credential's token endpoint, or one carrying a token
-        the gateway minted (the guest must never hold one)."""
+    def _secret_misuse(self, entry: ViewEntry, request: WireRequest) -> str | None:
+        """A request to an OAuth2 credential's token endpoint, one carrying a token the
+        gateway minted, or a SigV4 credential's real access key id (the guest never
+        holds either: it can only be a replay or a forgery)."""
         application = application_of(entry.application)
+        if isinstance(application, SigV4Apply):
+            if _carries(request, application.access_key_id.encode()):
+                return "the credential's real access key id sent by the guest"
+            return None
         if not isinstance(application, OAuth2Apply):
             return None
         if is_token_endpoint(application, request.host, _path(request.target)):
             return "request to a credential's token endpoint"
         token = self._tokens.cached((entry.credential_id, entry.value_version))
-        if token is not None and (
-            token in request.target or any(token in value for _, value in request.headers)
-        ):
+        if token is not None and _carries(request, token):
             return "a minted token sent by the guest"
         return None
 
@@ -277,6 +320,9 @@ class WireCredentials:
             placeholder = entry.placeholder.encode()
             application = application_of(entry.application)
             secrets.append((value.encode(), placeholder))
+            if isinstance(application, SigV4Apply):  # signed in `finish`
+                secrets.append((application.access_key_id.encode(), placeholder))
+                continue
             if isinstance(application, PlaceholderApply):
                 name = application.header.lower().encode()
                 headers = [

@@ -29,10 +29,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from space.credentials.audit import AuditChain
 from space.credentials.oauth import TokenCache
 from space.credentials.ratelimit import RateLimiter
 from space.credentials.scopes import CredentialView
-from space.credentials.wire import AuditChain, Reveal, WireCredentials
+from space.credentials.wire import Reveal, WireCredentials
 from space.gateway.accept import Acceptor, Handler
 from space.gateway.audit import AuditLog
 from space.gateway.ceiling import DEFAULT, Ceiling

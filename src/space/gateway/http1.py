@@ -193,9 +193,9 @@ class Http1Session:
                     return False
                 if data := body.feed(bytes(event.data)):
                     await upstream.send_data(data)
+            headers, held = body.release(headers)
         except BodyRefused as refused:
             return await self._refuse_body(upstream, refused.denied)
-        held = body.release()
         if plan.applied:
             await upstream.send_head(checked.method, checked.target, headers)
             await upstream.send_data(held)

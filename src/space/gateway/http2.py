@@ -263,7 +263,7 @@ class Http2Session:
             if stream_id in self._streams:
                 self._h2.acknowledge_received_data(item[1], stream_id)
                 await self._flush()
-        held = body.release()
+        headers, held = body.release(headers)
         if plan.applied:
             await upstream.send_head(checked.method, checked.target, headers)
             await upstream.send_data(held)
