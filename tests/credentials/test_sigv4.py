@@ -13,6 +13,7 @@ from space.credentials.sigv4 import (
     SigV4Error,
     canonical_request,
     parse_authorization,
+    payload_hash,
     resign,
     shape,
     signature,
@@ -105,3 +106,40 @@ def test_the_date_must_be_signed_and_session_tokens_are_not_re_signed() -> None:
             ["*"],
         )
     assert isinstance(shape([*base, (b"x-amz-date", b"20130524T000000Z")], ["*"], ["*"]), Signed)
+
+
+@pytest.mark.parametrize(
+    ("declared", "body", "signed_as"),
+    [
+        (
+            None,
+            b"Action=GetCallerIdentity",
+            hashlib.sha256(b"Action=GetCallerIdentity").hexdigest(),
+        ),
+        (b"UNSIGNED-PAYLOAD", b"anything", "UNSIGNED-PAYLOAD"),
+        (
+            b"STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+            b"5\r\nhello\r\n0\r\n",
+            "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+        ),
+        (hashlib.sha256(b"x").hexdigest().encode(), b"x", hashlib.sha256(b"x").hexdigest()),
+    ],
+)
+def test_the_payloads_the_gateway_re_signs(
+    declared: bytes | None, body: bytes, signed_as: str
+) -> None:
+    headers = [] if declared is None else [(b"x-amz-content-sha256", declared)]
+    assert payload_hash(headers, body) == signed_as
+
+
+@pytest.mark.parametrize(
+    ("declared", "why"),
+    [
+        (b"STREAMING-AWS4-HMAC-SHA256-PAYLOAD", "is not re-signed"),
+        (b"STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER", "is not re-signed"),
+        (hashlib.sha256(b"other").hexdigest().encode(), "does not hash"),
+    ],
+)
+def test_payloads_it_cannot_re_sign_are_refused(declared: bytes, why: str) -> None:
+    with pytest.raises(SigV4Error, match=why):
+        payload_hash([(b"x-amz-content-sha256", declared)], b"x")
