@@ -76,6 +76,8 @@ async def test_a_token_is_minted_on_the_host_cached_and_never_seen_by_the_guest(
         assert f"x-echo-authorization: Bearer {ph}" in result.stdout
     unbound = await world.curl(f"https://{API}/v2/c")
     assert status(unbound) == 200 and "authorization" not in world.api.received[-1][1]
+    plain = await world.curl(f"http://{API}/v1/a")  # never over plain HTTP
+    assert status(plain) == 200 and "authorization" not in world.api.received[-1][1]
     assert world.audit(cred.id) == ["allow", "allow"]
     records = world.gateway.credential_audit.records
     assert verify(records) is None
