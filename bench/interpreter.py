@@ -73,14 +73,9 @@ def main(runs: int) -> None:
 def _bench(server: SpaceServer, runs: int) -> None:
     headers = {"Authorization": f"Bearer {server.key}"}
     with httpx.Client(base_url=server.url, headers=headers, timeout=CREATE_TIMEOUT) as http:
-        started = time.perf_counter()
-        _create_and_delete(http)
-        emit(f"base snapshot built (first create) in {time.perf_counter() - started:.1f} s")
-        creates = []
-        for _ in range(runs):
-            started = time.perf_counter()
-            _create_and_delete(http)
-            creates.append(time.perf_counter() - started)
+        first = _create_and_delete(http)
+        emit(f"base snapshot built (first create) in {first:.1f} s")
+        creates = [_create_and_delete(http) for _ in range(runs)]
     rows = _sdk_runs(server, runs)
     emit(summary("Sandbox.create() -> run_code result", [r["total"] for r in rows]))
     emit(summary("  Sandbox.create()", [r["create"] for r in rows]))
@@ -92,10 +87,14 @@ def _bench(server: SpaceServer, runs: int) -> None:
         emit(f"wrong results: {wrong}")
 
 
-def _create_and_delete(http: httpx.Client) -> None:
+def _create_and_delete(http: httpx.Client) -> float:
+    """Seconds the create took (the delete after it is not timed)."""
+    started = time.perf_counter()
     created = http.post("/v1/sandboxes", json={"template": "code-interpreter"})
+    took = time.perf_counter() - started
     created.raise_for_status()
     http.delete(f"/v1/sandboxes/{created.json()['id']}").raise_for_status()
+    return took
 
 
 def _sdk_runs(server: SpaceServer, runs: int) -> list[dict[str, float | str]]:

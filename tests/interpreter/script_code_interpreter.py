@@ -20,7 +20,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
-    with Sandbox.create() as sbx:  # the SDK's default template: code-interpreter-v1
+    # The SDK's default template (code-interpreter-v1), with a sandbox-level env var.
+    with Sandbox.create(envs={"SANDBOX_LEVEL": "set at create"}) as sbx:
         yield sbx
 
 
@@ -49,6 +50,17 @@ def test_stderr_and_env_vars(sandbox: Sandbox) -> None:
     assert execution.logs.stderr == ["hello 'quoted' \"env\"\n"]
     after = sandbox.run_code("import os\n'GREETING' in os.environ")
     assert after.text == "False"  # per-run env vars do not outlive the run
+
+
+def test_the_sandbox_env_reaches_the_kernel(sandbox: Sandbox) -> None:
+    execution = sandbox.run_code("import os\nos.environ['SANDBOX_LEVEL']")
+    assert execution.text == "set at create"
+    fresh = sandbox.create_code_context()
+    assert sandbox.run_code("os.environ['SANDBOX_LEVEL']", context=fresh).error is not None
+    assert sandbox.run_code("import os\nos.environ['SANDBOX_LEVEL']", context=fresh).text == (
+        "set at create"
+    )
+    sandbox.remove_code_context(fresh)
 
 
 def test_matplotlib_returns_a_png(sandbox: Sandbox) -> None:

@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from space.interpreter.outputs import RESTORE_ENV_CODE, Run, env_code, result_line
+from space.interpreter.outputs import (
+    RESTORE_ENV_CODE,
+    Run,
+    env_code,
+    result_line,
+    sandbox_env_code,
+)
 
 pytestmark = pytest.mark.interpreter
 
@@ -116,3 +122,17 @@ def test_env_code_sets_and_restores_any_value_safely() -> None:
         os.environ.clear()
         os.environ.update(before)
     assert json.loads(json.dumps(hostile)) == hostile
+
+
+def test_sandbox_env_code_sets_the_new_env_and_unsets_what_left() -> None:
+    import os
+
+    before = dict(os.environ)
+    try:
+        os.environ["SPACE_TEST_GONE"] = "old"
+        exec(sandbox_env_code({"SPACE_TEST_NEW": "it's"}, ["SPACE_TEST_GONE"]), {})  # noqa: S102
+        assert os.environ["SPACE_TEST_NEW"] == "it's"
+        assert "SPACE_TEST_GONE" not in os.environ
+    finally:
+        os.environ.clear()
+        os.environ.update(before)

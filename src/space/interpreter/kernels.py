@@ -11,6 +11,7 @@ code and restored after it, in silent executions of their own.
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import time
@@ -20,8 +21,15 @@ from typing import Any
 
 from jupyter_client import KernelManager
 
-from space.interpreter.outputs import RESTORE_ENV_CODE, Line, Run, env_code
+from space.interpreter.outputs import (
+    RESTORE_ENV_CODE,
+    Line,
+    Run,
+    env_code,
+    sandbox_env_code,
+)
 
+IDENTITY_FILE = "/run/space-identity.json"
 KERNEL_START_SECONDS = 60.0
 INTERRUPT_GRACE_SECONDS = 10.0
 KEEPALIVE_SECONDS = 5.0
@@ -66,6 +74,7 @@ class Context:
     def __init__(self, context_id: str, cwd: str, env: Mapping[str, str]) -> None:
         self.id, self.language, self.cwd = context_id, "python", cwd
         self._lock = threading.Lock()
+        self._sandbox_env: dict[str, str] = {}
         self._manager = KernelManager(kernel_name="python3")
         self._manager.start_kernel(cwd=cwd, env=dict(env))
         self._client = self._manager.client()
@@ -88,6 +97,7 @@ class Context:
         gone: Callable[[], bool],
     ) -> None:
         with self._lock:
+            self._sync_sandbox_env(sandbox_env())
             if env:
                 self._quiet(env_code(env))
             try:
@@ -102,9 +112,18 @@ class Context:
 
     def restart(self) -> None:
         with self._lock:
-            self._manager.restart_kernel(now=True)
-            self._client.wait_for_ready(timeout=KERNEL_START_SECONDS)
-            self._quiet(SETUP_CODE)
+            self._restart()
+
+    def _restart(self) -> None:
+        self._manager.restart_kernel(now=True)
+        self._client.wait_for_ready(timeout=KERNEL_START_SECONDS)
+        self._sandbox_env = {}
+        self._quiet(SETUP_CODE)
+
+    def _sync_sandbox_env(self, env: dict[str, str]) -> None:
+        if env != self._sandbox_env:
+            self._quiet(sandbox_env_code(env, set(self._sandbox_env) - set(env)))
+            self._sandbox_env = env
 
     def shutdown(self) -> None:
         self._client.stop_channels()
@@ -136,9 +155,7 @@ class Context:
                 self._manager.interrupt_kernel()
                 interrupted_at, emit = now, _discard
             elif interrupted_at is not None and now - interrupted_at > INTERRUPT_GRACE_SECONDS:
-                self._manager.restart_kernel(now=True)
-                self._client.wait_for_ready(timeout=KERNEL_START_SECONDS)
-                self._quiet(SETUP_CODE)
+                self._restart()
                 return
 
     def _next(self, timeout: float) -> dict[str, Any] | None:
@@ -147,6 +164,18 @@ class Context:
         except queue.Empty:
             return None
         return msg
+
+
+def sandbox_env(path: str = IDENTITY_FILE) -> dict[str, str]:
+    """The sandbox's env from the identity file ({} before the host has written one)."""
+    try:
+        with open(path) as handle:
+            env = json.load(handle).get("env") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(env, dict):
+        return {}
+    return {str(k): str(v) for k, v in env.items()}
 
 
 def _discard(line: Line) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +125,20 @@ def env_code(env: Mapping[str, str]) -> str:
         f"_space_env_new = _space_json.loads({payload!r})\n"
         "_space_env_saved = {k: _space_os.environ.get(k) for k in _space_env_new}\n"
         "_space_os.environ.update(_space_env_new)\n"
+    )
+
+
+def sandbox_env_code(env: Mapping[str, str], removed: Iterable[str]) -> str:
+    """Python that makes the kernel's os.environ carry the sandbox's env: `env` set,
+    `removed` (names of an earlier sandbox env no longer there) unset."""
+    payload = json.dumps({"set": dict(env), "unset": sorted(removed)})
+    return (
+        "import os as _space_os, json as _space_json\n"
+        f"_space_sandbox_env = _space_json.loads({payload!r})\n"
+        "_space_os.environ.update(_space_sandbox_env['set'])\n"
+        "for _space_k in _space_sandbox_env['unset']:\n"
+        "    _space_os.environ.pop(_space_k, None)\n"
+        "del _space_sandbox_env\n"
     )
 
 
