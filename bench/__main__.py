@@ -2,8 +2,8 @@
 
     sudo SPACE_ACCEL=tcg .venv/bin/python -m bench all [--json FILE] [--full]
 
-Runs bench.runtime, bench.create_latency, bench.api, bench.gateway and bench.density
-one after another, with counts small enough for about ten minutes on a 2-core TCG
+Runs bench.runtime, bench.create_latency, bench.api, bench.gateway, bench.density and
+bench.interpreter one after another, with counts small enough for about ten minutes on a 2-core TCG
 host (`--full`: each module's own defaults). A section that fails is reported and
 the others still run: a benchmark never fails anything. `--json FILE` (`-` for
 stdout) writes every figure (name, unit, percentiles or value) and every printed
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import api, create_latency, density, gateway, runtime
+from bench import api, create_latency, density, gateway, interpreter, runtime
 from bench.stats import FIGURES, LINES, emit
 
 Section = Callable[[bool], None]
@@ -48,12 +48,17 @@ def _density(full: bool) -> None:
     asyncio.run(density.main(20 if full else 10, 10 if full else 3))
 
 
+def _interpreter(full: bool) -> None:
+    interpreter.main(5 if full else 3)
+
+
 SECTIONS: dict[str, Section] = {
     "runtime": _runtime,
     "create_latency": _create_latency,
     "api": _api,
     "gateway": _gateway,
     "density": _density,
+    "interpreter": _interpreter,
 }
 
 

@@ -36,8 +36,10 @@ ADMIN_KEY = "sk_test_admin_key_0123456789"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that share a module-scoped fixture run on one worker (`xdist_group`)."""
+    if not config.pluginmanager.has_plugin("xdist"):
+        return  # `-p no:xdist` (a script run in a subprocess): no workers, no groups
     for item in items:
         if isinstance(item, pytest.Function) and _uses_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))

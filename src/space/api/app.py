@@ -16,6 +16,7 @@ from space.api.errors import install_error_handlers
 from space.api.ingress import Ingress
 from space.api.limits import RequestLimits
 from space.api.metrics import Metrics, MetricsMiddleware
+from space.api.port_forward import PortForward
 from space.api.process_registry import ProcessRegistry
 from space.api.routes import commands, credentials, egress, files, keys, pty, sandboxes, system
 from space.api.routes import lifecycle as power
@@ -107,6 +108,9 @@ def create_app(
         tokens=e2b_front.tokens,
         json_limit=settings.limits.json_body_bytes,
         upload_limit=settings.server.max_body_bytes,
+    )
+    app.add_middleware(
+        PortForward, domain=settings.ingress.domain, idle_seconds=settings.ingress.idle_seconds
     )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

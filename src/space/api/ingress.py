@@ -20,7 +20,7 @@ import contextlib
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import h11
 
@@ -51,14 +51,19 @@ _REASONS |= {502: "Bad Gateway"}
 
 
 class Refusal(Exception):
+    """Why a connection is not let through: an HTTP status, a code and a message."""
+
     def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.field = status, code, message, field
 
-    def response(self) -> bytes:
-        body = json.dumps(
+    def body(self) -> bytes:
+        return json.dumps(
             {"error": {"code": self.code, "message": self.message, "field": self.field}}
         ).encode()
+
+    def response(self) -> bytes:
+        body = self.body()
         head = (
             f"HTTP/1.1 {self.status} {_REASONS[self.status]}\r\n"
             "content-type: application/json\r\n"
@@ -126,19 +131,28 @@ class Ingress:
         try:
             head = await self._read_head(reader)
             target, row = await self._route(head)
-            with self._held(target.sandbox_id):
-                upstream = await self._connect(target)
-                await asyncio.to_thread(self._touch, row.id)
-                try:
-                    upstream[1].write(head)
-                    await _splice((reader, writer), upstream, self._config.idle_seconds)
-                finally:
-                    upstream[1].close()
-                    with contextlib.suppress(ConnectionError):
-                        await self._touch_quietly(row.id)
+            async with self.connection(target, row) as upstream:
+                upstream[1].write(head)
+                await _splice((reader, writer), upstream, self._config.idle_seconds)
         except Refusal as refusal:
             writer.write(refusal.response())
             await writer.drain()
+
+    @contextlib.asynccontextmanager
+    async def connection(
+        self, target: Target, row: Sandbox
+    ) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+        """A connection to the target port, held as the sandbox's activity while open
+        (429 over the per-sandbox bound, 502 when nothing listens)."""
+        with self._held(target.sandbox_id):
+            upstream = await self._connect(target)
+            await asyncio.to_thread(self._touch, row.id)
+            try:
+                yield upstream
+            finally:
+                upstream[1].close()
+                with contextlib.suppress(ConnectionError):
+                    await self._touch_quietly(row.id)
 
     async def _read_head(self, reader: asyncio.StreamReader) -> bytes:
         try:
@@ -158,6 +172,11 @@ class Ingress:
             raise Refusal(
                 404, "unknown_host", f"{host!r} is not <port>-<sandbox id>.{self._config.domain}"
             )
+        return target, await self.admit(target, headers)
+
+    async def admit(self, target: Target, headers: dict[str, str]) -> Sandbox:
+        """The target's sandbox row if these headers may reach it, woken if it slept
+        (404 unknown, 403 private without its token, 409 not running)."""
         row = await asyncio.to_thread(self._row, target.sandbox_id)
         if is_private(row.meta) and not token_matches(
             self._config, self._settings.data_dir, row.id, headers.get(TOKEN_HEADER, "")
@@ -167,7 +186,7 @@ class Ingress:
             row = await self._wake(row)
         if row.state != SandboxState.RUNNING.value:
             raise Refusal(409, "sandbox_not_running", f"sandbox {row.id} is {row.state}")
-        return target, row
+        return row
 
     async def _wake(self, row: Sandbox) -> Sandbox:
         try:

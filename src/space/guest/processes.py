@@ -15,7 +15,7 @@ import os
 import signal
 
 from space.guest.channel import Channel
-from space.guest.ops import Body, Handler, OpError, arg_int, arg_opt_str
+from space.guest.ops import Body, Handler, OpError, arg_env, arg_int, arg_opt_str
 from space.guest.process import ManagedProcess, SpawnSpec
 from space.guest.protocol import ErrorCode, FrameType
 from space.guest.tasks import TaskSet
@@ -96,11 +96,7 @@ def parse_spec(body: Body) -> SpawnSpec:
         argv = [str(a) for a in args]
     else:
         raise OpError(ErrorCode.INVALID, "give exactly one of 'cmd' (string) or 'args' (list)")
-    env = body.get("env") or {}
-    if not isinstance(env, dict) or not all(
-        isinstance(k, str) and k and "=" not in k and isinstance(v, str) for k, v in env.items()
-    ):
-        raise OpError(ErrorCode.INVALID, "'env' must map names to strings")
+    env = arg_env(body)
     cwd = arg_opt_str(body, "cwd")
     if cwd is not None and not cwd.startswith("/"):
         raise OpError(ErrorCode.INVALID, "'cwd' must be an absolute path", cwd)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from space.guest.channel import Channel
-from space.guest.ops import Body, Handler, OpError, arg_int, arg_str
+from space.guest.ops import Body, Handler, OpError, arg_env, arg_int, arg_str
 from space.guest.protocol import ErrorCode
 
 RNDADDENTROPY = 0x40085203  # _IOW('R', 0x03, int[2])
@@ -55,11 +55,14 @@ def reseed(entropy: bytes) -> Body:
     return {"mixed": len(entropy), "credited": True, "reason": None}
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def _write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.partial")
     try:
-        tmp.write_text(text)
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)
@@ -102,15 +105,18 @@ class _SystemOps:
             raise OpError(ErrorCode.IO_ERROR, f"cannot write {_RANDOM_DEVICE}: {exc}") from exc
 
     async def set_identity(self, channel: Channel, body: Body) -> Body:
+        """Hostname and sandbox id, and the sandbox's env (for servers a template started
+        before the sandbox existed, e.g. the code interpreter): in `identity_file`, 0600."""
         hostname, sandbox_id = arg_str(body, "hostname"), arg_str(body, "sandbox_id")
+        env = arg_env(body)
         if len(hostname) > 64 or not all(
             c.isascii() and (c.isalnum() or c in "-.") for c in hostname
         ):
             raise OpError(ErrorCode.INVALID, f"not a valid hostname: {hostname!r}")
         self._state.sandbox_id, self._state.hostname = sandbox_id, hostname
-        identity = json.dumps({"sandbox_id": sandbox_id, "hostname": hostname}) + "\n"
+        identity = json.dumps({"sandbox_id": sandbox_id, "hostname": hostname, "env": env})
         try:
-            _write_atomically(self._state.identity_file, identity)
+            _write_atomically(self._state.identity_file, identity + "\n", 0o600)
         except OSError as exc:
             path = str(self._state.identity_file)
             raise OpError(ErrorCode.PERMISSION_DENIED, f"cannot write {path}: {exc}", path) from exc

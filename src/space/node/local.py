@@ -32,7 +32,7 @@ from space.node.catalog import TemplateCatalog
 from space.node.host import ADOPTION_WAIT, NodeHost
 from space.node.metrics import NodeMetrics
 from space.node.network.egress import Egress
-from space.node.provision import WARM_MEMORY_MIB, WARM_VCPUS, Provisioning
+from space.node.provision import WARM_VCPUS, Provisioning, warm_memory_mib
 from space.node.records import check_sandbox_id
 from space.node.recovery import Recovery
 from space.node.sandbox import Sandbox
@@ -116,6 +116,7 @@ class LocalNode:
         Unclaimed warm VMs are torn down (an open would not adopt them anyway).
         """
         await self._drain_warm()
+        await self._provisioning.aclose()
         await self._host.aclose()
 
     async def __aenter__(self) -> LocalNode:
@@ -144,6 +145,7 @@ class LocalNode:
             return self._host.sandboxes[spec.sandbox_id].observation()
         started = time.perf_counter()
         image = await self._templates.image(spec.template)
+        spec = _sized(spec)
         warm = self._warm.claim(spec.template) if _pool_sized(spec) else None
         if warm is not None:
             claimed = await self._provisioning.claim(warm, spec)
@@ -360,5 +362,11 @@ def _vm(sandbox: Sandbox) -> VmHandle:
     return sandbox.vm
 
 
+def _sized(spec: SandboxSpec) -> SandboxSpec:
+    """`spec` with at least its template's memory (a template may need more than the default)."""
+    floor = warm_memory_mib(spec.template)
+    return spec if spec.memory_mib >= floor else dataclasses.replace(spec, memory_mib=floor)
+
+
 def _pool_sized(spec: SandboxSpec) -> bool:
-    return (spec.memory_mib, spec.vcpus) == (WARM_MEMORY_MIB, WARM_VCPUS)
+    return (spec.memory_mib, spec.vcpus) == (warm_memory_mib(spec.template), WARM_VCPUS)

@@ -3,7 +3,8 @@
 `create` writes the record, then restores the template's base snapshot (or boots
 cold), attaches egress and installs the sandbox CA; a failure destroys what it
 made. The base snapshot of a (template, guest, size) is built once (boot, agent
-ready, save with RAM in a shared memory file); restores map that file private. A
+ready, the template's start command up and ready, save with RAM in a shared memory
+file); restores map that file private. A
 warm VM is a restore that waits, with no sandbox id, until `claim` hands it out.
 """
 
@@ -24,15 +25,21 @@ from space.node.metrics import NodeMetrics
 from space.node.network.netns import SandboxNetwork
 from space.node.records import SandboxRecord
 from space.node.sandbox import Sandbox
-from space.node.templates import TemplateImage
+from space.node.startup import start_template
+from space.node.templates import ALIASES, TEMPLATES, TemplateImage
 from space.seam.errors import BootFailed
 from space.seam.values import SandboxObservation, SandboxSpec
+from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
 BASE_LAYOUT = 3  # bump when what a base snapshot holds changes (3: fixed host MAC)
-WARM_MEMORY_MIB = 256
 WARM_VCPUS = 1
+
+
+def warm_memory_mib(template: str) -> int:
+    """The size of a template's warm VMs: what its sandboxes get by default."""
+    return TEMPLATES[ALIASES.get(template, template)].memory_mib
 
 
 class Provisioning:
@@ -49,6 +56,12 @@ class Provisioning:
         self._templates = templates
         self._use_bases = base_snapshots
         self._bases_lock = asyncio.Lock()
+        self._base_builds: dict[str, asyncio.Task[Path]] = {}
+        self._tasks = TaskSet("base-snapshots")
+
+    async def aclose(self) -> None:
+        """Cancel base snapshots still being built (their VMs are stopped)."""
+        await self._tasks.cancel_all(timeout=60.0)
 
     async def create(self, spec: SandboxSpec, image: TemplateImage) -> SandboxObservation:
         """A new VM for `spec`: restored from the base snapshot, or booted cold."""
@@ -116,7 +129,8 @@ class Provisioning:
         records, _ = host.ready()
         image = await self._templates.image(template)
         slot = f"w{secrets.token_hex(5)}"
-        record = SandboxRecord("", template, image.digest, WARM_MEMORY_MIB, WARM_VCPUS, slot=slot)
+        memory = warm_memory_mib(template)
+        record = SandboxRecord("", template, image.digest, memory, WARM_VCPUS, slot=slot)
         record.save(records.directory(slot))
         sandbox = Sandbox(record)
         try:
@@ -153,9 +167,16 @@ class Provisioning:
         )
         async with self._bases_lock:
             snapshot = self._host.ready_snapshotter().store.latest(key)
-            if snapshot is None:
-                snapshot = await self._build_base(key, image, record)
-        return snapshot
+            if snapshot is not None:
+                return snapshot
+            build = self._base_builds.get(key)
+            if build is None or build.done():
+                build = self._tasks.spawn(self._build_base(key, image, record), key)
+                self._base_builds[key] = build
+                build.add_done_callback(lambda _: self._base_builds.pop(key, None))
+            # Shielded: a create that gives up (its timeout) leaves the build running,
+            # and the next create of the template waits for the same one.
+            return await asyncio.shield(build)
 
     async def _build_base(self, key: str, image: TemplateImage, template: SandboxRecord) -> Path:
         host = self._host
@@ -179,7 +200,10 @@ class Provisioning:
             vm = await snapshotter.driver.boot(config)
             try:
                 agent = await AgentClient.connect(config.agent_socket, timeout=host.agent_timeout)
-                await agent.close()
+                try:
+                    await start_template(agent, vm_id, TEMPLATES[image.name])
+                finally:
+                    await agent.close()
                 return await snapshotter.capture(vm, key, {"template": image.name})
             finally:
                 await snapshotter.driver.stop(vm)

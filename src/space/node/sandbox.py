@@ -74,12 +74,13 @@ class Sandbox:
         return self.agent
 
     async def personalise(self) -> None:
-        """Fresh clock, entropy and identity, so clones share no randomness or names."""
+        """Fresh clock, entropy and identity (with the sandbox's env), so clones share no
+        randomness or names."""
         assert self.agent is not None
         await self.agent.set_clock(time.time_ns())
         await self.agent.reseed(os.urandom(64))
         name = self.sandbox_id or self.record.slot
-        await self.agent.set_identity(name, name)
+        await self.agent.set_identity(name, name, self.record.env)
 
     async def close(self) -> None:
         self.stopping = True

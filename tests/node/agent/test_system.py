@@ -29,15 +29,24 @@ async def test_reseed_mixes_entropy(agent_client: AgentClient) -> None:
 async def test_set_identity_in_a_private_uts_namespace() -> None:
     with running_agent(prefix=["unshare", "--uts"]) as agent:
         async with await AgentClient.connect(agent.socket, timeout=10) as client:
-            await client.set_identity("sbx-1234", "sbx_1234")
+            await client.set_identity("sbx-1234", "sbx_1234", {"GREETING": "hi"})
             health = await client.health()
             assert health["hostname"] == "sbx-1234" and health["sandbox_id"] == "sbx_1234"
-            identity = json.loads((agent.directory / "run" / "identity.json").read_text())
-            assert identity == {"sandbox_id": "sbx_1234", "hostname": "sbx-1234"}
+            path = agent.directory / "run" / "identity.json"
+            identity = json.loads(path.read_text())
+            assert identity == {
+                "sandbox_id": "sbx_1234",
+                "hostname": "sbx-1234",
+                "env": {"GREETING": "hi"},
+            }
+            assert path.stat().st_mode & 0o777 == 0o600  # the env may hold secrets
             assert (agent.directory / "etc" / "hostname").read_text() == "sbx-1234\n"
             with pytest.raises(AgentOperationError) as info:
                 await client.set_identity("no spaces allowed", "x")
             assert info.value.code == "invalid"
+            with pytest.raises(AgentOperationError) as bad_env:
+                await client.set_identity("sbx-1234", "sbx_1234", {"A=B": "x"})
+            assert bad_env.value.code == "invalid"
 
 
 @pytest.mark.skipif(

@@ -176,8 +176,13 @@ class AgentClient:
         body: dict[str, object] = {"entropy": base64.b64encode(entropy).decode()}
         await (await self._live()).call("reseed", body)
 
-    async def set_identity(self, hostname: str, sandbox_id: str) -> None:
+    async def set_identity(
+        self, hostname: str, sandbox_id: str, env: dict[str, str] | None = None
+    ) -> None:
+        """Name the guest; `env`: the sandbox's env, kept in the guest's identity file."""
         body: dict[str, object] = {"hostname": hostname, "sandbox_id": sandbox_id}
+        if env:
+            body["env"] = dict(env)
         await (await self._live()).call("set_identity", body)
 
     # -- processes -----------------------------------------------------------------

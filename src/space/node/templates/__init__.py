@@ -16,9 +16,10 @@ from space.node.templates.build import (
 from space.node.templates.cache import cache_dir_from_env
 from space.node.templates.errors import BuildError
 from space.node.templates.progress import Progress, ProgressEvent, StderrProgress
-from space.node.templates.rootfs import TEMPLATES
+from space.node.templates.rootfs import ALIASES, TEMPLATES, TemplateSpec
 
 __all__ = [
+    "ALIASES",
     "TEMPLATES",
     "BuildError",
     "GuestArtifacts",
@@ -26,6 +27,7 @@ __all__ = [
     "ProgressEvent",
     "StderrProgress",
     "TemplateImage",
+    "TemplateSpec",
     "build_all",
     "build_guest",
     "build_template",

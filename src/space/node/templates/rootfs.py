@@ -22,31 +22,40 @@ MiB = 2**20
 
 @dataclass(frozen=True)
 class TemplateSpec:
-    """How to build one template: mmdebstrap packages (or none: busybox only) and disk size."""
+    """How to build one template: mmdebstrap packages (or none: busybox only), disk size,
+    and what runs before its base snapshot is taken: `start_cmd` (detached, from `/`)
+    until `ready_cmd` exits 0, so every sandbox starts with it running."""
 
     name: str
     packages: tuple[str, ...]
     min_size: int
+    memory_mib: int = 256  # what its sandboxes get (the node's default size is a floor)
+    start_cmd: str | None = None
+    ready_cmd: str | None = None
+    aliases: tuple[str, ...] = ()
+
+
+_BASE_PACKAGES = ("bash", "coreutils", "python3", "python3-pip", "git", "curl",
+                  "ca-certificates", "procps", "iproute2")  # fmt: skip
+_INTERPRETER_PACKAGES = ("python3-ipykernel", "python3-numpy", "python3-pandas",
+                         "python3-matplotlib")  # fmt: skip
 
 
 TEMPLATES = {
-    "base": TemplateSpec(
-        "base",
-        (
-            "bash",
-            "coreutils",
-            "python3",
-            "python3-pip",
-            "git",
-            "curl",
-            "ca-certificates",
-            "procps",
-            "iproute2",
-        ),  # fmt: skip
-        2 * GiB,
-    ),
+    "base": TemplateSpec("base", _BASE_PACKAGES, 2 * GiB),
     "busybox": TemplateSpec("busybox", (), 256 * MiB),
+    # The code interpreter (space.interpreter, shipped on the agent disk) on port 49999.
+    "code-interpreter": TemplateSpec(
+        "code-interpreter",
+        (*_BASE_PACKAGES, *_INTERPRETER_PACKAGES),
+        3 * GiB,
+        memory_mib=512,  # an IPython kernel with numpy, pandas and matplotlib loaded
+        start_cmd="PYTHONPATH=/run/space/py exec python3 -m space.interpreter",
+        ready_cmd="curl -sf -o /dev/null http://127.0.0.1:49999/health",
+        aliases=("code-interpreter-v1",),
+    ),
 }
+ALIASES = {alias: spec.name for spec in TEMPLATES.values() for alias in spec.aliases}
 
 _ETC = {
     "etc/hostname": "space\n",
@@ -97,7 +106,7 @@ def build_rootfs(
         raise BuildError(f"unknown template {name!r}; known: {', '.join(sorted(TEMPLATES))}")
     report.begin(f"template {name}")
     inputs: dict[str, object] = {
-        "spec": [spec.name, list(spec.packages), spec.min_size],
+        "spec": [spec.name, list(spec.packages), spec.min_size, spec.start_cmd, spec.ready_cmd],
         "src": source_digests(__name__, debian.__name__, ext4.__name__, initscripts.__name__),
     }
     if spec.packages:

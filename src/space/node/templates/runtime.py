@@ -18,6 +18,8 @@ Layout of the disk (mounted read-only at /run/space):
                           usr/lib/python3.11, usr/bin/python3.11
     py/space/__init__.py  empty
     py/space/guest/       the agent package (src/space/guest)
+    py/space/interpreter/ the code interpreter (src/space/interpreter), which runs on
+                          a template's own Python (the `code-interpreter` template)
 """
 
 from __future__ import annotations
@@ -58,9 +60,18 @@ def runtime_python(rt: Path, *args: str | Path) -> list[str | Path]:
 
 def agent_source() -> Path:
     """Where the `space.guest` package's source lives."""
-    spec = importlib.util.find_spec("space.guest")
+    return _package_source("space.guest")
+
+
+def interpreter_source() -> Path:
+    """Where the `space.interpreter` package's source lives."""
+    return _package_source("space.interpreter")
+
+
+def _package_source(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        raise BuildError("cannot locate the space.guest package")
+        raise BuildError(f"cannot locate the {name} package")
     return Path(spec.submodule_search_locations[0])
 
 
@@ -128,12 +139,14 @@ def build_agent_disk(
     """(image, digest) of the agent disk holding `runtime` and the agent package at `agent`."""
     report.begin("agent-disk")
     source = agent if agent is not None else agent_source()
+    interpreter = interpreter_source()
     key = digest_of(
         "agent-disk",
         {
             "runtime": runtime.parent.name,
             "busybox": busybox.version,
             "agent": tree_digest(source),
+            "interpreter": tree_digest(interpreter),
             "src": source_digests(__name__, ext4.__name__, initscripts.__name__),
         },
     )
@@ -153,7 +166,9 @@ def build_agent_disk(
             (stage / rel).chmod(0o755)
         shutil.copytree(runtime, stage / "rt", symlinks=True, copy_function=_link)
         package = stage / "py/space"
-        shutil.copytree(source, package / "guest", ignore=shutil.ignore_patterns("__pycache__"))
+        no_cache = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(source, package / "guest", ignore=no_cache)
+        shutil.copytree(interpreter, package / "interpreter", ignore=no_cache)
         (package / "__init__.py").write_bytes(b"")
         _compile(runtime, stage / "py")
         size, inodes = ext4.tree_size(stage)
