@@ -40,7 +40,8 @@ class CredentialService:
         """What scope resolution needs to know of a sandbox."""
         project = session.get(Project, sandbox.project_id) if sandbox.project_id else None
         name = project.name if project else None
-        return SandboxRef(sandbox.id, sandbox.org_id, name, sandbox.template)
+        only = frozenset(sandbox.credentials) if sandbox.credentials is not None else None
+        return SandboxRef(sandbox.id, sandbox.org_id, name, sandbox.template, only)
 
     @cached_property
     def keys(self) -> KeyProvider:
