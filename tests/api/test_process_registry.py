@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from space.api.process_errors import CommandNotRunning
 from space.api.process_registry import FOLLOW_BYTES, ProcessConfig, ProcessRegistry
 from space.config import QuotaConfig, Settings
-from space.seam.values import ProcessEvent
+from space.seam.values import ExecRequest, ProcessEvent
 from space.store.commands import CommandState
 from space.store.db import Database
 from space.store.models import Command
@@ -69,10 +69,11 @@ async def test_a_follower_that_does_not_read_is_cut_off_at_its_byte_bound(
     registry: ProcessRegistry = app.state.space.processes
     handle = BigOutput()
 
-    async def launch() -> BigOutput:
+    async def launch(_: ExecRequest) -> BigOutput:
         return handle
 
-    live = await registry.start(sandbox_id, org_id, ProcessConfig("yes", [], {}, None), launch)
+    config = ProcessConfig("yes", [], {}, None)
+    live = await registry.start(sandbox_id, org_id, config, ExecRequest(args=("yes",)), launch)
     follow = registry.follow(live, queue_size=1024)
     async with asyncio.timeout(10):
         while handle.sent <= FOLLOW_BYTES + (4 << 20):
@@ -92,14 +93,15 @@ async def test_a_start_the_node_refuses_releases_its_slot(
     sandbox_id = (await client.post("/v1/sandboxes", json={})).json()["id"]
     registry: ProcessRegistry = app.state.space.processes
 
-    async def refused() -> BigOutput:
+    async def refused(_: ExecRequest) -> BigOutput:
         raise FileNotFoundError(2, "No such file or directory", "/nope")
 
     with db.session() as session:
         org_id = SandboxRepo(session).get(sandbox_id).org_id
     for _ in range(3):  # more than the quota: every refused start gave its slot back
         with pytest.raises(FileNotFoundError):
-            await registry.start(sandbox_id, org_id, ProcessConfig("/nope", [], {}, None), refused)
+            config = ProcessConfig("/nope", [], {}, None)
+            await registry.start(sandbox_id, org_id, config, ExecRequest(args=("/nope",)), refused)
     assert running_commands(db, sandbox_id) == 0
 
 

@@ -139,6 +139,8 @@ class FakeNode:
     egress: dict[str, list[EgressRecord]] = field(default_factory=dict)  # oldest first
     ports: dict[tuple[str, int], int] = field(default_factory=dict)  # guest port -> loopback
     grants: dict[str, list[CredentialGrant]] = field(default_factory=dict)  # oldest first
+    envs: dict[str, dict[str, str]] = field(default_factory=dict)  # each sandbox's create env
+    started: list[tuple[str, ExecRequest]] = field(default_factory=list)  # every request
 
     async def open_port(
         self, sandbox_id: str, port: int
@@ -174,6 +176,7 @@ class FakeNode:
         if self.fail_create is not None:
             raise RuntimeError(self.fail_create)
         self.created.append(spec.sandbox_id)
+        self.envs[spec.sandbox_id] = dict(spec.env)
         obs = SandboxObservation(spec.sandbox_id, "running", spec.template)
         self.vms[spec.sandbox_id] = obs
         return obs
@@ -185,11 +188,20 @@ class FakeNode:
     async def observe(self) -> list[SandboxObservation]:
         return list(self.vms.values())
 
+    def environment(self, sandbox_id: str, request: ExecRequest) -> dict[str, str]:
+        """What the process sees, as the real node merges it: the request over the
+        sandbox's create env."""
+        return {**self.envs.get(sandbox_id, {}), **request.env}
+
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
         self._require(sandbox_id)
+        self.started.append((sandbox_id, request))
         if self.refuse_start is not None:
             raise self.refuse_start
         cmd = request.cmd if request.cmd is not None else " ".join(request.args or ())
+        if cmd == "env":
+            env = self.environment(sandbox_id, request)
+            return ExecResult(0, "".join(f"{k}={v}\n" for k, v in env.items()).encode(), b"")
         if cmd.startswith("echo "):
             return ExecResult(0, cmd[5:].encode() + b"\n", b"")
         if cmd == "fail":
@@ -200,6 +212,7 @@ class FakeNode:
 
     async def start_command(self, sandbox_id: str, request: ExecRequest) -> FakeCommand:
         self._require(sandbox_id)
+        self.started.append((sandbox_id, request))
         if self.refuse_start is not None:
             raise self.refuse_start
         command = FakeCommand(request.cmd or " ".join(request.args or ()), pid=self._next_pid())
@@ -281,6 +294,7 @@ class FakeNode:
         self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool
     ) -> FakeCommand:
         self._require(sandbox_id)
+        self.started.append((sandbox_id, request))
         script = request.args[-1] if request.args else (request.cmd or "")
         command = FakeCommand(script, pid=self._next_pid())
         self.commands[command.pid] = command

@@ -293,12 +293,18 @@ def test_a_v1_command_and_an_sdk_process_share_the_registry_and_end_with_the_san
     space: tuple[SpaceServer, str],
 ) -> None:
     """Started through either front: both listed by the SDK, both holding a quota
-    slot (a `commands` row), both ended by one kill."""
+    slot (a `commands` row), both ended by one kill; both see the sandbox's
+    credential placeholder in their env, never the value."""
     server, key = space
     db = Database(make_engine(f"sqlite:///{server.data_dir / 'space.db'}"))
     v1 = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=300)
     sandbox = Sandbox.create()
     try:
+        placeholder = _sandbox_credential(v1, sandbox.sandbox_id)
+        ran = v1.post(f"/v1/sandboxes/{sandbox.sandbox_id}/exec", json={"cmd": "env"})
+        assert f"VM_TOKEN={placeholder}\n" in ran.json()["stdout"]
+        assert sandbox.commands.run("echo $VM_TOKEN").stdout == placeholder + "\n"
+        assert VM_VALUE not in ran.text
         started = v1.post(f"/v1/sandboxes/{sandbox.sandbox_id}/commands", json={"cmd": "sleep 300"})
         assert started.status_code == 201, started.text
         sdk = sandbox.commands.run("sleep 301", background=True)
@@ -314,6 +320,28 @@ def test_a_v1_command_and_an_sdk_process_share_the_registry_and_end_with_the_san
         Sandbox.kill(sandbox.sandbox_id)
         v1.close()
         db.dispose()
+
+
+VM_VALUE = "vm-secret-never-in-the-guest-0451"
+
+
+def _sandbox_credential(v1: httpx.Client, sandbox_id: str) -> str:
+    """A credential for this sandbox alone (`VM_TOKEN`); its placeholder."""
+    made = v1.post(
+        "/v1/credentials",
+        json={
+            "name": "VM_TOKEN",
+            "scope": "sandbox",
+            "target": sandbox_id,
+            "application": {"kind": "header", "header": "Authorization"},
+            "binding": {"hosts": ["api.example.com"]},
+            "value": VM_VALUE,
+        },
+    )
+    assert made.status_code == 201, made.text
+    view = v1.get(f"/v1/sandboxes/{sandbox_id}/credentials").json()
+    placeholder: str = view["credentials"][0]["placeholder"]
+    return placeholder
 
 
 def _running_rows(db: Database, sandbox_id: str) -> int:

@@ -52,7 +52,7 @@ def create_app(
     credential_service = CredentialService(settings, db)
     pushes = CredentialPush(credential_service, db, node, settings.timeouts.node_call)
     controller = _controller(settings, db, node, activity, pushes)
-    registry = _registry(settings, db, node, activity)
+    registry = _registry(settings, db, node, activity, credential_service)
     lifecycle: Lifecycle = controller or DbWaiter(db, timeout=settings.timeouts.create)
     service = SandboxService(
         settings=settings,
@@ -136,7 +136,11 @@ def _controller(
 
 
 def _registry(
-    settings: Settings, db: Database, node: NodeClient | None, activity: Activity
+    settings: Settings,
+    db: Database,
+    node: NodeClient | None,
+    activity: Activity,
+    credentials: CredentialService,
 ) -> ProcessRegistry | None:
     """The process holding the node owns process streams; earlier ones cannot resume."""
     if node is None:
@@ -152,4 +156,5 @@ def _registry(
         log_limit=settings.output.command_log_bytes,
         keepalive=settings.server.sse_keepalive_seconds,
         call_timeout=settings.timeouts.node_call,
+        guest_env=credentials.guest_env,
     )

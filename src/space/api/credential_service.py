@@ -1,8 +1,9 @@
 """The credential broker's control plane in one API process: the sealing keys, the
 placeholder secret and the audit file (each opened on first use, so a deployment
-that never stores a credential creates none of them), and `commit`, which runs a
+that never stores a credential creates none of them), `commit`, which runs a
 change and its audit record in one transaction and then appends the record to the
-JSON-lines file.
+JSON-lines file, and `guest_env`, the placeholder variables every process of a
+sandbox starts with.
 
 The file is a copy written after the commit: if it cannot be written the change
 stands, the failure is logged, and `space audit verify` reports the gap.
@@ -20,10 +21,12 @@ from sqlalchemy.orm import Session
 from space.config import Settings
 from space.credentials.audit import AuditEvent, AuditFile, AuditFileError
 from space.credentials.crypto import FileKeyProvider, KeyProvider, secret_file
+from space.credentials.guest_env import placeholder_env
 from space.credentials.scopes import SandboxRef
 from space.store.credential_audit import AuditRepo
+from space.store.credentials import CredentialRepo
 from space.store.db import Database
-from space.store.models import Project, Sandbox
+from space.store.models import Project, Sandbox, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +43,20 @@ class CredentialService:
         """What scope resolution needs to know of a sandbox."""
         project = session.get(Project, sandbox.project_id) if sandbox.project_id else None
         name = project.name if project else None
-        return SandboxRef(sandbox.id, sandbox.org_id, name, sandbox.template)
+        only = frozenset(sandbox.credentials) if sandbox.credentials is not None else None
+        return SandboxRef(sandbox.id, sandbox.org_id, name, sandbox.template, only)
+
+    def guest_env(self, sandbox_id: str) -> dict[str, str]:
+        """The placeholder variables of the sandbox's current view, less the names
+        its create's `env` sets (those win); {} while its org holds no credential."""
+        with self.db.session() as session:
+            row = session.get(Sandbox, sandbox_id)
+            repo = CredentialRepo(session)
+            if row is None or repo.count(row.org_id) == 0:
+                return {}
+            view = repo.view(self.sandbox_ref(session, row), self.placeholder_secret, utcnow())
+            own = set(row.env)
+        return {name: ph for name, ph in placeholder_env(view).items() if name not in own}
 
     @cached_property
     def keys(self) -> KeyProvider:

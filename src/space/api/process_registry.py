@@ -14,11 +14,16 @@ Processes are found by command id (`/v1`) or by `(sandbox, pid)` / tag (envd), s
 a command started through one front can be listed, followed, fed and signalled
 through the other. A running process keeps its sandbox from idling. Deleting a
 sandbox (`end_sandbox`) ends its pumps, releases their slots and removes its logs.
+
+Every process starts with the sandbox's credential placeholders in its env
+(`with_credentials`, resolved from the sandbox's current view at each start, so a
+revoked credential's variable is gone from the next process on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -43,8 +48,12 @@ log = logging.getLogger(__name__)
 #: Output bytes one follower may have queued before it is cut off.
 FOLLOW_BYTES = 16 << 20
 
-#: How a front asks the node for the process (`start_command`, `start_process`).
-Launch = Callable[[], Awaitable[CommandHandle]]
+#: How a front asks the node for the process (`start_command`, `start_process`),
+#: given the request with the sandbox's credential placeholders in its env.
+Launch = Callable[[ExecRequest], Awaitable[CommandHandle]]
+
+#: The placeholder variables a sandbox's processes start with (`CredentialService.guest_env`).
+GuestEnv = Callable[[str], dict[str, str]]
 
 
 class Follow(asyncio.Queue[ProcessEvent | None]):
@@ -116,8 +125,10 @@ class ProcessRegistry:
         log_limit: int,
         keepalive: float,
         call_timeout: float,
+        guest_env: GuestEnv,
     ) -> None:
         self._db = db
+        self._guest_env = guest_env
         self._node = node
         self._quotas = quotas
         self._activity = activity
@@ -136,18 +147,20 @@ class ProcessRegistry:
         sandbox_id: str,
         org_id: str,
         config: ProcessConfig,
+        request: ExecRequest,
         launch: Launch,
         *,
         pty: bool = False,
         tag: str | None = None,
     ) -> LiveProcess:
-        """Admit (429 `quota_exceeded` past a limit), launch within the node-call
-        timeout, then pump its events until its `exit`. The pump first runs at the
-        caller's next await: a follower taken before that sees every event."""
+        """Admit (429 `quota_exceeded` past a limit), launch `request` with the
+        sandbox's placeholders within the node-call timeout, then pump its events
+        until its `exit`. The pump first runs at the caller's next await: a follower
+        taken before that sees every event."""
         command_id = self._reserve(sandbox_id, org_id, config)
         try:
             async with asyncio.timeout(self._call_timeout):
-                handle = await launch()
+                handle = await launch(self.with_credentials(sandbox_id, request))
         except BaseException:
             release_command(self._db, command_id)
             raise
@@ -164,11 +177,20 @@ class ProcessRegistry:
         exit_code: int | None = None
         try:
             async with asyncio.timeout(timeout):
-                result = await self._node.exec(sandbox_id, request)
+                result = await self._node.exec(
+                    sandbox_id, self.with_credentials(sandbox_id, request)
+                )
             exit_code = result.exit_code
             return result
         finally:
             release_command(self._db, command_id, exit_code)
+
+    def with_credentials(self, sandbox_id: str, request: ExecRequest) -> ExecRequest:
+        """`request` with a variable per credential of the sandbox's view, holding its
+        placeholder (`space.credentials.guest_env`), under the request's own env and
+        the sandbox's create env: every process of every front starts here."""
+        env = self._guest_env(sandbox_id)
+        return dataclasses.replace(request, env={**env, **request.env}) if env else request
 
     async def attach(self, sandbox_id: str, pid: int | None, tag: str | None) -> LiveProcess:
         """A process this registry holds, or one only the agent still knows (attached

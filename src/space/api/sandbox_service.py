@@ -13,6 +13,8 @@ them in its own error shape:
     422 out_of_bounds           timeout / idle_timeout past SPACE_LIMITS_TIMEOUT
     422 unknown_template        the node has no such template (field `template`)
     422 invalid_network_policy  beyond the org's ceiling, or malformed (`network`)
+    422 unknown_credential      `credentials.<i>`: no credential of the org of that
+                                name reaches the sandbox, or it is listed twice
     429 quota_exceeded          the org is at its sandbox limit (`api.quotas`)
     502 sandbox_create_failed   the node could not create it (the reason)
     409 conflict                it was deleted while being created
@@ -36,6 +38,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from space.api.credential_push import CredentialPush
 from space.api.errors import ApiError, out_of_bounds
@@ -46,12 +49,14 @@ from space.control.errors import NodeUnavailable
 from space.control.expiry import lifetime_until
 from space.control.power import PowerOp
 from space.control.waiter import Lifecycle
+from space.credentials.scopes import SandboxRef
 from space.gateway.policy import PolicyError
 from space.seam.protocol import NodeClient
+from space.store.credentials import CredentialRepo
 from space.store.db import Database
 from space.store.errors import InvalidTransition
 from space.store.keys import Principal
-from space.store.models import Sandbox
+from space.store.models import Project, Sandbox
 from space.store.sandboxes import NewSandbox, SandboxRepo
 from space.store.states import DesiredState, SandboxState
 
@@ -70,6 +75,7 @@ class SandboxRequest:
     env: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     network: dict[str, Any] | None = None
+    credentials: tuple[str, ...] | None = None  # None: all its scopes reach
 
     def digest(self) -> str:
         """What identifies the request under an idempotency key."""
@@ -113,6 +119,7 @@ class SandboxService:
             env=request.env,
             metadata=request.metadata,
             network=self.resolve_network(principal, request.network),
+            credentials=request.credentials,
             idempotency_key=idempotency_key,
             request_digest=request.digest() if idempotency_key is not None else None,
         )
@@ -130,6 +137,7 @@ class SandboxService:
     def _insert(self, principal: Principal, new: NewSandbox) -> str:
         try:
             with self._db.session() as session:
+                _check_credentials(session, principal, new)
                 admit_sandbox(session, self._settings.quotas, principal)
                 repo = SandboxRepo(session)
                 return repo.create(principal.org_id, principal.project_id, new).id
@@ -238,6 +246,25 @@ class SandboxService:
         if self._node is None:
             raise NodeUnavailable()
         return self._node
+
+
+def _check_credentials(session: Session, principal: Principal, new: NewSandbox) -> None:
+    """422 naming `credentials.<i>` unless each name is a credential of the org whose
+    scope reaches the new sandbox (its project and template), listed once."""
+    if new.credentials is None:
+        return
+    project = session.get(Project, principal.project_id) if principal.project_id else None
+    ref = SandboxRef("", principal.org_id, project.name if project else None, new.template)
+    reached = CredentialRepo(session).names_reaching(ref)
+    for i, name in enumerate(new.credentials):
+        if name in new.credentials[:i]:
+            why = "is listed twice"
+        elif name not in reached:
+            why = "is no credential of the org whose scope reaches this sandbox"
+        else:
+            continue
+        field = f"credentials.{i}"
+        raise ApiError(422, "unknown_credential", f"{field}: {name!r} {why}", field)
 
 
 def rendered(rows: list[Sandbox], render: Callable[[Sandbox], T]) -> list[T]:

@@ -28,6 +28,7 @@ KIB = 1024
 MAX_SECONDS = 2**31 - 1  # fits every integer column and every datetime sum
 MAX_ENV_ENTRIES = 128
 MAX_METADATA_ENTRIES = 64
+MAX_SANDBOX_CREDENTIALS = 64
 MAX_ENV_WIRE_BYTES = 64 * KIB
 MAX_COMMAND_WIRE_BYTES = 256 * KIB
 MAX_ARGS = 1024
@@ -42,6 +43,8 @@ MetaKey = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern
 MetaValue = Annotated[str, StringConstraints(max_length=4 * KIB, pattern=NO_NUL)]
 Metadata = Annotated[dict[MetaKey, MetaValue], Field(max_length=MAX_METADATA_ENTRIES)]
 Seconds = Annotated[int, Field(gt=0, le=MAX_SECONDS)]
+#: A credential's name: also the name of its placeholder's variable in the guest.
+CredentialName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 Word = Annotated[str, StringConstraints(max_length=64 * KIB, pattern=NO_NUL)]
 AbsolutePath = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS, pattern=r"^/[^\x00]*$")
@@ -80,6 +83,11 @@ class CreateSandbox(Strict):
     env: Env = Field(default_factory=dict)
     metadata: Metadata = Field(default_factory=dict)
     network: dict[str, Any] | None = None
+    credentials: list[CredentialName] | None = Field(
+        default=None,
+        max_length=MAX_SANDBOX_CREDENTIALS,
+        description="only these of the credentials the sandbox's scopes reach (absent: all)",
+    )
     allow_public_traffic: bool = Field(
         default=True,
         description="false: the sandbox's URLs require its traffic access token "

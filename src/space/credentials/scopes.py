@@ -11,6 +11,8 @@ side asks the store to `reveal` one), with a per-sandbox placeholder for each
 credential (an HMAC of the sandbox and credential ids under a server secret:
 stable and unguessable), and a version that moves only when what the view holds
 changes (a rotation, revocation, expiry or binding change that reaches it).
+A sandbox created with `{"credentials": [...]}` (`SandboxRef.only`) gets only the
+credentials of those names: a narrowing that removes, never adds.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from space.credentials.model import (
 from space.credentials.ratelimit import BucketKey, Level
 
 PLACEHOLDER_PREFIX = "space_ph_"
+NOT_ASKED_FOR = "not among the credentials the sandbox was created with"
 
 
 class WideningError(ValueError):
@@ -52,6 +55,8 @@ class SandboxRef:
     org_id: str
     project: str | None  # the project's name
     template: str
+    #: The credential names the sandbox's create asked for; None: all its scopes reach.
+    only: frozenset[str] | None = None
 
 
 def host_within(narrow: str, wide: str) -> bool:
@@ -272,6 +277,9 @@ def resolve(
         if credential.org_id != sandbox.org_id or not reaches(
             credential.scope, credential.target, sandbox
         ):
+            continue
+        if sandbox.only is not None and credential.name not in sandbox.only:
+            excluded.append((credential.name, NOT_ASKED_FOR))
             continue
         if credential.revoked_at is not None:
             excluded.append((credential.name, "revoked"))

@@ -33,6 +33,7 @@ from space.credentials.scopes import (
     ViewStamp,
     check_scope,
     narrow,
+    reaches,
     resolve,
 )
 from space.store.errors import NotFound, StaleGeneration
@@ -69,6 +70,14 @@ class CredentialRepo:
             select(func.count()).select_from(CredentialRow).where(CredentialRow.org_id == org_id)
         )
         return int(self.session.scalar(query) or 0)
+
+    def names_reaching(self, sandbox: SandboxRef) -> set[str]:
+        """The names of the org's credentials whose scope covers `sandbox`."""
+        return {
+            c.name
+            for c in self.list_credentials(sandbox.org_id)
+            if reaches(c.scope, c.target, sandbox)
+        }
 
     def create(
         self,

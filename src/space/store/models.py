@@ -95,6 +95,8 @@ class Sandbox(Base):
     env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     meta: Mapped[dict[str, str]] = mapped_column("metadata", JSON, default=dict)
     network: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    #: The credential names its create asked for (its view holds no others); None: all.
+    credentials: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     timeout_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
     idle_timeout_seconds: Mapped[int] = mapped_column(Integer)
     on_timeout: Mapped[str] = mapped_column(String(16), default="kill")

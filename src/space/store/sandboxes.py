@@ -32,6 +32,7 @@ class NewSandbox:
     env: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     network: dict[str, Any] | None = None
+    credentials: tuple[str, ...] | None = None  # the only credentials its view may hold
     on_timeout: str = "kill"
     idempotency_key: str | None = None  # the caller's, unique in the org
     request_digest: str | None = None  # of what was asked under that key
@@ -80,6 +81,7 @@ class SandboxRepo:
             env=dict(new.env),
             meta=dict(new.metadata),
             network=new.network,
+            credentials=list(new.credentials) if new.credentials is not None else None,
             timeout_seconds=new.timeout_seconds,
             idle_timeout_seconds=new.idle_timeout_seconds,
             on_timeout=new.on_timeout,

@@ -82,8 +82,9 @@ async def start(request: Request, target: EnvdDep, front: FrontDep, state: State
             target.sandbox_id,
             target.org_id,
             config,
-            lambda: state.node.start_process(
-                target.sandbox_id, node_request, user=user, stdin=stdin
+            node_request,
+            lambda launched: state.node.start_process(
+                target.sandbox_id, launched, user=user, stdin=stdin
             ),
             pty=pty is not None,
             tag=body.tag,

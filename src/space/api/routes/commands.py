@@ -99,7 +99,8 @@ async def start_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) 
             sandbox.id,
             sandbox.org_id,
             ProcessConfig.of(request),
-            lambda: state.node.start_command(sandbox.id, request),
+            request,
+            lambda launched: state.node.start_command(sandbox.id, launched),
             pty=request.pty is not None,
         )
     except OSError as exc:

@@ -28,6 +28,7 @@ from space.api.credential_push import CredentialPush
 from space.api.credential_service import CredentialService
 from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep
 from space.api.errors import ApiError, out_of_bounds
+from space.api.schemas import CredentialName
 from space.credentials.audit import AuditEvent, AuditRecord
 from space.credentials.model import (
     MAX_VALUE_BYTES,
@@ -63,7 +64,6 @@ Value = Annotated[
     StringConstraints(min_length=1, max_length=MAX_VALUE_BYTES, pattern=r"^[^\x00]*$"),
     AfterValidator(_value_size),
 ]
-Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 Target = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
 
 
@@ -83,7 +83,7 @@ class Strict(BaseModel):
 
 
 class CreateCredential(Strict):
-    name: Name = Field(description="also the name of its placeholder variable in a guest")
+    name: CredentialName = Field(description="also the name of its placeholder variable in a guest")
     org: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[^\x00]+$")
     scope: Scope = "org"
     target: Target | None = Field(

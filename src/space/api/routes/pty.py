@@ -197,8 +197,9 @@ async def _serve(
     cmd: str | None,
 ) -> int | None:
     """Run the process until it exits or the socket goes; its exit code, if it exited."""
-    request = ExecRequest(
-        args=("/bin/sh", "-c", cmd or LOGIN_SHELL), env=dict(sandbox.env), pty=size
+    request = state.processes.with_credentials(
+        sandbox.id,
+        ExecRequest(args=("/bin/sh", "-c", cmd or LOGIN_SHELL), env=dict(sandbox.env), pty=size),
     )
     async with asyncio.timeout(state.settings.timeouts.node_call):
         handle = await state.node.start_process(sandbox.id, request, user=None, stdin=True)

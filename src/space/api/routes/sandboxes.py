@@ -59,6 +59,7 @@ async def create_sandbox(
         env=body.env,
         metadata=_marked(body),
         network=body.network,
+        credentials=tuple(body.credentials) if body.credentials is not None else None,
     )
     return with_ingress(await state.sandboxes.create(principal, request, key), state.settings)
 
