@@ -5,10 +5,14 @@ different request or a malformed key is refused naming the header."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import json
 from collections.abc import Callable
 
 import httpx
 
+from space.api.sandbox_service import SandboxRequest
 from space.store.db import Database
 from space.store.models import Sandbox
 from tests.api.test_api_sandboxes import count_rows
@@ -73,3 +77,14 @@ async def test_keys_are_per_org_and_the_e2b_fronts_honour_them(
     mismatch = await client.post("/v2/sandboxes", json={"templateID": "busybox"}, headers=e2b)
     assert mismatch.status_code == 422 and "Idempotency-Key" in mismatch.json()["message"]
     assert len(fake_node.created) == 2
+
+
+def test_a_digest_without_credentials_is_the_one_stored_before_they_existed() -> None:
+    """A retry under the same key across the upgrade that added `credentials` matches."""
+    request = SandboxRequest(template="base", env={"A": "1"}, metadata={"m": "x"})
+    before = {k: v for k, v in dataclasses.asdict(request).items() if k != "credentials"}
+    canonical = json.dumps(before, sort_keys=True, separators=(",", ":"))
+    assert request.digest() == hashlib.sha256(canonical.encode()).hexdigest()
+    assert SandboxRequest(template="base", credentials=()).digest() != (
+        SandboxRequest(template="base").digest()
+    )

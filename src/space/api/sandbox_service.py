@@ -78,8 +78,12 @@ class SandboxRequest:
     credentials: tuple[str, ...] | None = None  # None: all its scopes reach
 
     def digest(self) -> str:
-        """What identifies the request under an idempotency key."""
-        canonical = json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+        """What identifies the request under an idempotency key. `credentials` counts
+        only when given, so a retry that spans the upgrade adding it still matches."""
+        fields = dataclasses.asdict(self)
+        if fields["credentials"] is None:
+            del fields["credentials"]
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
