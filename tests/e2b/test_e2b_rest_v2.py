@@ -87,3 +87,28 @@ def test_a_create_without_timeout_gets_its_api_versions_default(
     shown = httpx.get(f"{server.url}/sandboxes/{created.json()['sandboxID']}", headers=acme)
     started, ends = (datetime.fromisoformat(shown.json()[k]) for k in ("startedAt", "endAt"))
     assert (ends - started).total_seconds() == pytest.approx(lifetime, abs=2)
+
+
+def test_https_ports_reach_the_sandbox_urls(
+    server: ServerThread, make_key: Callable[..., str]
+) -> None:
+    """`network.httpsPorts` is what `/v1`'s `https_ports` is (the ingress speaks TLS to
+    those guest ports; tests/ingress shows it); a port out of range is refused."""
+    acme = {"X-API-KEY": make_key("acme")}
+    made = httpx.post(
+        f"{server.url}/v2/sandboxes",
+        json={"templateID": "base", "network": {"httpsPorts": [8443, 443]}},
+        headers=acme,
+    )
+    assert made.status_code == 201, made.text
+    v1 = httpx.get(
+        f"{server.url}/v1/sandboxes/{made.json()['sandboxID']}",
+        headers={"Authorization": f"Bearer {acme['X-API-KEY']}"},
+    )
+    assert v1.json()["metadata"]["space.https_ports"] == "443,8443"
+    bad = httpx.post(
+        f"{server.url}/v2/sandboxes",
+        json={"templateID": "base", "network": {"httpsPorts": [0]}},
+        headers=acme,
+    )
+    assert bad.status_code in (400, 422) and "httpsPorts" in bad.text, bad.text

@@ -5,11 +5,18 @@ suspended sandbox, and open connections counting as activity."""
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ssl
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from fastapi import FastAPI
 
 from space.config import IngressConfig, Settings
@@ -24,7 +31,11 @@ GUEST_PORT = 8000
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
     return settings.model_copy(
-        update={"ingress": IngressConfig(max_connections_per_sandbox=2, idle_seconds=30)}
+        update={
+            "ingress": IngressConfig(
+                max_connections_per_sandbox=2, idle_seconds=30, connect_timeout=2
+            )
+        }
     )
 
 
@@ -223,3 +234,72 @@ async def test_suspended_sandbox_is_restored_on_first_request(
     assert (response.status_code, response.text) == (200, "/back")
     assert fake_node.restored == [sandbox_id]
     assert (await client.get(f"/v1/sandboxes/{sandbox_id}")).json()["state"] == "running"
+
+
+def _self_signed(directory: Path) -> ssl.SSLContext:
+    """A guest server's TLS context with a certificate it made itself."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "guest")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .sign(key, hashes.SHA256())
+    )
+    (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(directory / "cert.pem", directory / "key.pem")
+    return context
+
+
+async def test_https_ports_get_tls_to_the_guest(
+    client: httpx.AsyncClient,
+    ingress: str,
+    fake_node: FakeNode,
+    upstream: tuple[Upstream, Callable[[str], None]],
+    tmp_path: Path,
+) -> None:
+    """A port listed in `https_ports` is spoken to in TLS (the guest's own certificate,
+    not verified); the client still speaks plain HTTP to the sandbox URL. A port listed
+    whose server does not speak TLS is a 502 naming why."""
+    tls_guest = Upstream()
+    server = await asyncio.start_server(
+        tls_guest.handle, "127.0.0.1", 0, ssl=_self_signed(tmp_path)
+    )
+    _plain_guest, expose_plain = upstream
+    try:
+        sandbox = await _sandbox(client, https_ports=[GUEST_PORT, 8443])
+        assert sandbox["metadata"]["space.https_ports"] == f"{GUEST_PORT},8443"
+        fake_node.ports[sandbox["id"], GUEST_PORT] = server.sockets[0].getsockname()[1]
+        async with httpx.AsyncClient(base_url=ingress) as http:
+            answer = await http.get("/over-tls", headers={"host": _host(sandbox["id"])})
+            assert (answer.status_code, answer.text) == (200, "/over-tls")
+        plain = await _sandbox(client, https_ports=[GUEST_PORT])
+        expose_plain(plain["id"])  # a plain-HTTP server on a port said to speak TLS
+        async with httpx.AsyncClient(base_url=ingress, timeout=30) as http:
+            refused = await http.get("/", headers={"host": _host(plain["id"])})
+            assert refused.status_code == 502
+            assert refused.json()["error"]["code"] == "port_tls_failed"
+        assert tls_guest.heads and tls_guest.heads[0].startswith(b"GET /over-tls ")
+    finally:
+        server.close()
+
+
+async def test_https_ports_are_bounded(client: httpx.AsyncClient) -> None:
+    for ports, field in (([0], "https_ports.0"), ([70000], "https_ports.0"),
+                         (list(range(1, 66)), "https_ports")):  # fmt: skip
+        answer = await client.post("/v1/sandboxes", json={"https_ports": ports})
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["field"] == field

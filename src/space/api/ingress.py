@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 
@@ -27,6 +28,7 @@ import h11
 from space.api.ingress_names import (
     TOKEN_HEADER,
     Target,
+    https_ports,
     is_private,
     parse_host,
     token_matches,
@@ -146,6 +148,8 @@ class Ingress:
         (429 over the per-sandbox bound, 502 when nothing listens)."""
         with self._held(target.sandbox_id):
             upstream = await self._connect(target)
+            if target.port in https_ports(row.meta):
+                await self._start_tls(target, upstream[1])
             await asyncio.to_thread(self._touch, row.id)
             try:
                 yield upstream
@@ -232,6 +236,17 @@ class Ingress:
             if self._open[sandbox_id] <= 0:
                 del self._open[sandbox_id]
 
+    async def _start_tls(self, target: Target, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(self._config.connect_timeout):
+                await writer.start_tls(_guest_tls(), server_hostname=target.sandbox_id)
+        except (OSError, ssl.SSLError, TimeoutError) as exc:
+            writer.close()
+            where = f"port {target.port} of sandbox {target.sandbox_id}"
+            raise Refusal(
+                502, "port_tls_failed", f"{where} is an https port but TLS failed: {exc}"
+            ) from None
+
     async def _connect(self, target: Target) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         where = f"port {target.port} of sandbox {target.sandbox_id}"
         try:
@@ -247,6 +262,15 @@ class Ingress:
             raise Refusal(
                 502, "port_closed", f"nothing listens on {where} ({exc.strerror or exc})"
             ) from None
+
+
+def _guest_tls() -> ssl.SSLContext:
+    """TLS to a guest's own server: its certificate is whatever the guest made (often
+    self-signed), so it is not verified; the connection never leaves the node."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def _parse(head: bytes) -> dict[str, str]:

@@ -2,9 +2,11 @@
 
 A sandbox is private when its metadata carries `space.traffic: private` (the `/v1`
 create option `allow_public_traffic: false` sets it; the E2B front maps its
-`allowPublicTraffic: false` to the same key). A private sandbox's traffic access
-token is an HMAC of its id under the ingress secret: nothing is stored, every
-replica sharing the secret derives the same token, and it dies with the sandbox id.
+`allowPublicTraffic: false` to the same key). `space.https_ports` (from
+`https_ports`, E2B's `network.httpsPorts`) lists the guest ports that speak TLS. A
+private sandbox's traffic access token is an HMAC of its id under the ingress secret:
+nothing is stored, every replica sharing the secret derives the same token, and it
+dies with the sandbox id.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from space.config import IngressConfig
 PRIVATE_KEY, PRIVATE_VALUE = "space.traffic", "private"
 #: The request header carrying the token (E2B's name, so its SDK and docs apply).
 TOKEN_HEADER = "e2b-traffic-access-token"
+#: The metadata key listing guest ports whose servers speak TLS (`https_ports`):
+#: comma-separated port numbers; the ingress speaks TLS to them.
+HTTPS_KEY = "space.https_ports"
+MAX_HTTPS_PORTS = 64
 
 _LABEL = re.compile(r"^([0-9]{1,5})-([a-z0-9][a-z0-9-]{0,39})$")
 
@@ -59,6 +65,17 @@ def url_pattern(config: IngressConfig, sandbox_id: str) -> str:
 
 def is_private(metadata: dict[str, str]) -> bool:
     return metadata.get(PRIVATE_KEY) == PRIVATE_VALUE
+
+
+def https_marked(ports: list[int] | None) -> dict[str, str]:
+    """The metadata entry that makes the ingress speak TLS to `ports` ({} for none)."""
+    return {HTTPS_KEY: ",".join(str(p) for p in sorted(set(ports)))} if ports else {}
+
+
+def https_ports(metadata: dict[str, str]) -> frozenset[int]:
+    """The guest ports a sandbox's servers speak TLS on; anything unparsable is left out."""
+    words = metadata.get(HTTPS_KEY, "").split(",")[:MAX_HTTPS_PORTS]
+    return frozenset(int(w) for w in words if w.strip().isdigit() and 0 < int(w) < 65536)
 
 
 def traffic_token(config: IngressConfig, data_dir: Path, sandbox_id: str) -> str:

@@ -29,6 +29,7 @@ MAX_SECONDS = 2**31 - 1  # fits every integer column and every datetime sum
 MAX_ENV_ENTRIES = 128
 MAX_METADATA_ENTRIES = 64
 MAX_SANDBOX_CREDENTIALS = 64
+MAX_HTTPS_PORTS = 64  # ingress_names reads at most this many
 MAX_ENV_WIRE_BYTES = 64 * KIB
 MAX_COMMAND_WIRE_BYTES = 256 * KIB
 MAX_ARGS = 1024
@@ -43,6 +44,7 @@ MetaKey = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern
 MetaValue = Annotated[str, StringConstraints(max_length=4 * KIB, pattern=NO_NUL)]
 Metadata = Annotated[dict[MetaKey, MetaValue], Field(max_length=MAX_METADATA_ENTRIES)]
 Seconds = Annotated[int, Field(gt=0, le=MAX_SECONDS)]
+Port = Annotated[int, Field(gt=0, lt=65536)]
 #: A credential's name: also the name of its placeholder's variable in the guest.
 CredentialName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
 Word = Annotated[str, StringConstraints(max_length=64 * KIB, pattern=NO_NUL)]
@@ -92,6 +94,11 @@ class CreateSandbox(Strict):
         default=True,
         description="false: the sandbox's URLs require its traffic access token "
         "(header `e2b-traffic-access-token`)",
+    )
+    https_ports: list[Port] | None = Field(
+        default=None,
+        max_length=MAX_HTTPS_PORTS,
+        description="guest ports whose servers speak TLS: the sandbox URL speaks TLS to them",
     )
 
 

@@ -106,7 +106,9 @@ async def create_sandbox(
         timeout=body.timeout or None,
         on_timeout="suspend" if body.auto_pause else "kill",
         env=body.env_vars,
-        metadata=body.metadata | (PRIVATE if body.private else {}),
+        metadata=body.metadata
+        | (PRIVATE if body.private else {})
+        | ingress_names.https_marked(body.https_ports),
         network=body.network_policy(),
     )
     created = await state.sandboxes.create(principal, request, idempotency_key)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,12 +62,9 @@ class EgressIn(_Body):
 class NetworkIn(EgressIn):
     allow_public_traffic: bool | None = Field(default=None, alias="allowPublicTraffic")
     mask_request_host: str | None = Field(default=None, alias="maskRequestHost")
-    https_ports: list[int] | None = Field(default=None, alias="httpsPorts", max_length=64)
-
-    def unsupported(self) -> str | None:
-        if self.https_ports:
-            return "network.httpsPorts: SPACE's sandbox URLs do not reach TLS guest servers yet"
-        return super().unsupported()
+    https_ports: list[Annotated[int, Field(gt=0, lt=65536)]] | None = Field(
+        default=None, alias="httpsPorts", max_length=64
+    )
 
 
 class NetworkUpdateIn(EgressIn):
@@ -101,6 +98,11 @@ class NewSandboxIn(_Body):
     def private(self) -> bool:
         """`network.allowPublicTraffic: false`: its URLs need the traffic access token."""
         return self.network is not None and self.network.allow_public_traffic is False
+
+    @property
+    def https_ports(self) -> list[int] | None:
+        """`network.httpsPorts`: guest ports whose servers speak TLS."""
+        return self.network.https_ports if self.network is not None else None
 
 
 class AutoResumeIn(_Body):

@@ -65,10 +65,12 @@ async def create_sandbox(
 
 
 def _marked(body: CreateSandbox) -> dict[str, str]:
-    """The metadata, marked private when `allow_public_traffic` is false."""
-    if body.allow_public_traffic:
-        return body.metadata
-    return body.metadata | {ingress_names.PRIVATE_KEY: ingress_names.PRIVATE_VALUE}
+    """The metadata, marked private when `allow_public_traffic` is false and with the
+    `https_ports` the sandbox URLs speak TLS to."""
+    marks = ingress_names.https_marked(body.https_ports)
+    if not body.allow_public_traffic:
+        marks[ingress_names.PRIVATE_KEY] = ingress_names.PRIVATE_VALUE
+    return body.metadata | marks
 
 
 @router.get("")
