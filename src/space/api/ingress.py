@@ -10,7 +10,7 @@ silent for `idle_seconds`. Keep-alive, streamed bodies, server-sent events and
 WebSocket upgrades pass through untouched; later requests on the same connection go
 to the same target (clients only reuse a connection for the same host). An open
 connection is activity: held for idle suspend, and the sandbox touched at its start
-and end.
+(while the request already goes on) and end.
 """
 
 from __future__ import annotations
@@ -150,11 +150,14 @@ class Ingress:
             upstream = await self._connect(target)
             if target.port in https_ports(row.meta):
                 await self._start_tls(target, upstream[1])
-            await asyncio.to_thread(self._touch, row.id)
+            # The start is recorded while the request goes on (a database write is
+            # milliseconds off every new connection's first byte); awaited at the end.
+            started = asyncio.ensure_future(self._touch_quietly(row.id))
             try:
                 yield upstream
             finally:
                 upstream[1].close()
+                await started
                 with contextlib.suppress(ConnectionError):
                     await self._touch_quietly(row.id)
 
@@ -217,8 +220,8 @@ class Ingress:
     async def _touch_quietly(self, sandbox_id: str) -> None:
         try:
             await asyncio.to_thread(self._touch, sandbox_id)
-        except Exception:  # the connection is over; its start was recorded
-            log.warning("could not record the end of an ingress connection to %s", sandbox_id)
+        except Exception:  # while open, the connection is held as activity in memory too
+            log.warning("could not record an ingress connection to %s as activity", sandbox_id)
 
     @contextlib.contextmanager
     def _held(self, sandbox_id: str) -> Iterator[None]:
