@@ -33,6 +33,7 @@ from pathlib import Path
 import httpx
 from tests.e2e.server import SpaceServer
 
+from bench.servers import report_leaks
 from bench.stats import emit, summary, value
 from space.cli import local_node
 from space.node.storage.pool import release_pool
@@ -63,10 +64,7 @@ async def run(pools: list[str], sequential: int, concurrent: list[int]) -> None:
         except Exception as exc:  # figures only: report and move on
             emit(f"failed: {type(exc).__name__}: {exc}")
         finally:
-            leaks = await asyncio.to_thread(server.close)
-            if leaks:
-                found = [leak for leak in leaks if not leak.startswith("space up log")]
-                emit("left on the host (removed): " + "; ".join(found))
+            report_leaks(await asyncio.to_thread(server.close))
 
 
 async def _bench(server: SpaceServer, sequential: int, concurrent: list[int]) -> None:

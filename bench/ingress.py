@@ -24,18 +24,16 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 from tests.e2e.server import SpaceServer
 
+from bench.servers import CREATE_TIMEOUT, with_space_up
 from bench.stats import emit, percentile, summary, value
 from space.node.network.netns import GUEST_IP, NETNS_DIR
 
 GUEST_PORT = 8000
-CREATE_TIMEOUT = 900.0
 CLIENT_TIMEOUT = 600.0
 WARM_UP = 100  # per way, before anything is timed
 ROUNDS = 4
@@ -119,23 +117,11 @@ class Run:
 
 
 def main(requests: int, connections: int) -> None:
-    server = SpaceServer(
-        Path(tempfile.mkdtemp(prefix="space-bench-ingress-")),
-        SPACE_NODE_WARM_POOL="{}",
-        SPACE_TIMEOUT_CREATE=str(CREATE_TIMEOUT),
-    )
-    emit(f"-- space up (data dir {server.data_dir})")
-    try:
-        server.start()
+    def measure(server: SpaceServer) -> None:
         ingress, direct = _routes(server)
         _report(ingress, direct, requests, connections)
-    except Exception as exc:  # figures only: report and move on
-        emit(f"failed: {type(exc).__name__}: {exc}")
-    finally:
-        leaks = server.close()
-        if leaks:
-            found = [leak for leak in leaks if not leak.startswith("space up log")]
-            emit("left on the host (removed): " + "; ".join(found))
+
+    with_space_up("space-bench-ingress-", "space up", measure)
 
 
 def _routes(server: SpaceServer) -> tuple[Route, Route]:

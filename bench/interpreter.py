@@ -19,16 +19,16 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from tests.e2e.server import SpaceServer
 
+from bench.servers import CREATE_TIMEOUT, with_space_up
 from bench.stats import emit, summary
 
-CREATE_TIMEOUT = 900.0
 SDK_DIR = Path(__file__).resolve().parents[1] / ".venv" / "sdk" / "e2b-2.63.0"
 CELL = '{"code": "1 + 1"}'
 GUEST_FLOOR = (
@@ -52,22 +52,8 @@ for _ in range(int(sys.argv[1])):
 
 
 def main(runs: int) -> None:
-    server = SpaceServer(
-        Path(tempfile.mkdtemp(prefix="space-bench-interp-")),
-        SPACE_NODE_WARM_POOL="{}",
-        SPACE_TIMEOUT_CREATE=str(CREATE_TIMEOUT),
-    )
-    emit(f"-- code interpreter, space up (data dir {server.data_dir}), {runs} runs")
-    try:
-        server.start()
-        _bench(server, runs)
-    except Exception as exc:  # figures only: report and move on
-        emit(f"failed: {type(exc).__name__}: {exc}")
-    finally:
-        leaks = server.close()
-        if leaks:
-            found = [leak for leak in leaks if not leak.startswith("space up log")]
-            emit("left on the host (removed): " + "; ".join(found))
+    title = f"code interpreter, space up, {runs} runs"
+    with_space_up("space-bench-interp-", title, lambda server: _bench(server, runs))
 
 
 def _bench(server: SpaceServer, runs: int) -> None:
@@ -97,7 +83,7 @@ def _create_and_delete(http: httpx.Client) -> float:
     return took
 
 
-def _sdk_runs(server: SpaceServer, runs: int) -> list[dict[str, float | str]]:
+def _sdk_runs(server: SpaceServer, runs: int) -> list[dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
     env.update(E2B_API_URL=server.url, E2B_SANDBOX_URL=server.url, E2B_API_KEY=server.key)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SDK_DIR), env.get("PYTHONPATH")]))
