@@ -1,4 +1,5 @@
-"""Run inside a sandbox (stdlib only): HTTP/1.1 with keep-alive on the port given.
+"""Run inside a sandbox (stdlib only): HTTP/1.1 with keep-alive on the port given
+(`PORT [CERT KEY]`: over TLS with that certificate and key).
 
 `GET /who` the connection's client port (so keep-alive is visible), `POST /count` the
 byte count of a (chunked) streamed body, `GET /events` five server-sent events,
@@ -8,6 +9,7 @@ fetches `/who` into it.
 
 import base64
 import hashlib
+import ssl
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -85,4 +87,9 @@ class Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-ThreadingHTTPServer(("0.0.0.0", int(sys.argv[1])), Handler).serve_forever()
+server = ThreadingHTTPServer(("0.0.0.0", int(sys.argv[1])), Handler)
+if len(sys.argv) == 4:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(sys.argv[2], sys.argv[3])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+server.serve_forever()

@@ -27,6 +27,11 @@ from tests.e2e.server import SpaceServer
 
 pytestmark = [pytest.mark.vm, pytest.mark.netns, pytest.mark.ingress, pytest.mark.timeout(900)]
 GUEST_PORT = 8000
+TLS_PORT = 8443  # an `https_ports` port: the guest's server speaks TLS there
+SELF_SIGNED = (
+    "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=guest -days 1"
+    " -keyout /tmp/k.pem -out /tmp/c.pem 2>/dev/null"
+)
 TOKEN_HEADER = "e2b-traffic-access-token"
 
 
@@ -58,7 +63,9 @@ def live() -> Iterator[Live]:
     try:
         server.start()
         with server.client() as http:
-            created = http.post("/v1/sandboxes", json={"allow_public_traffic": False})
+            created = http.post(
+                "/v1/sandboxes", json={"allow_public_traffic": False, "https_ports": [TLS_PORT]}
+            )
             assert created.status_code == 201, created.text
             sandbox_id = created.json()["id"]
             server.seen.add(sandbox_id)
@@ -72,6 +79,9 @@ def live() -> Iterator[Live]:
                 json={"cmd": f"exec python3 /tmp/s.py {GUEST_PORT}"},
             )
             assert started.status_code == 201, started.text
+            tls = f"{SELF_SIGNED} && exec python3 /tmp/s.py {TLS_PORT} /tmp/c.pem /tmp/k.pem"
+            started = http.post(f"/v1/sandboxes/{sandbox_id}/commands", json={"cmd": tls})
+            assert started.status_code == 201, started.text
             ingress = http.get(f"/v1/sandboxes/{sandbox_id}").json()["ingress"]
         live = Live(server, sandbox_id, ingress["traffic_access_token"], ingress["url"])
         _wait_listening(live)
@@ -81,10 +91,10 @@ def live() -> Iterator[Live]:
     assert not leaks, "left on the host:\n" + "\n".join(leaks)
 
 
-def _wait_listening(live: Live) -> None:
+def _wait_listening(live: Live, port: int = GUEST_PORT) -> None:
     """Until the guest's server answers through the ingress (502 while it starts)."""
     deadline = time.monotonic() + 120
-    with live.client(**{TOKEN_HEADER: live.token}) as http:
+    with live.client(host=live.host(port), **{TOKEN_HEADER: live.token}) as http:
         while (status := http.get("/who").status_code) == 502 and time.monotonic() < deadline:
             time.sleep(0.2)
     assert status == 200
@@ -134,6 +144,15 @@ def _next_event(ws: WSConnection, sock: socket.socket) -> object:
         assert data, "the ingress closed the WebSocket"
         ws.receive_data(data)
     raise AssertionError("no WebSocket event")
+
+
+def test_an_https_port_is_spoken_to_in_tls(live: Live) -> None:
+    """The guest's server on an `https_ports` port speaks only TLS (its own self-signed
+    certificate); the client speaks plain HTTP to the sandbox URL."""
+    _wait_listening(live, TLS_PORT)
+    with live.client(host=live.host(TLS_PORT), **{TOKEN_HEADER: live.token}) as http:
+        uploaded = http.post("/count", content=b"x" * 100_000)
+        assert (uploaded.status_code, uploaded.text) == (200, "100000")
 
 
 def test_a_browser_loads_a_page_from_the_sandbox_url(live: Live, tmp_path: Path) -> None:

@@ -96,6 +96,16 @@ def test_error_has_name_value_and_traceback(sandbox: Sandbox) -> None:
     assert sandbox.run_code("1 + 1").text == "2"  # the context survives the error
 
 
+def test_a_kernel_that_dies_is_restarted(sandbox: Sandbox) -> None:
+    context = sandbox.create_code_context()
+    sandbox.run_code("z = 1", context=context)
+    died = sandbox.run_code("import os\nos._exit(3)", context=context, timeout=120)
+    assert died.error is not None and died.error.name == "KernelDied", died
+    after = sandbox.run_code("'z' in dir()", context=context, timeout=120)
+    assert after.text == "False"  # a new kernel: the context works, its state is gone
+    sandbox.remove_code_context(context)
+
+
 def test_contexts_do_not_share_state(sandbox: Sandbox) -> None:
     first = sandbox.create_code_context(cwd="/tmp")
     second = sandbox.create_code_context()

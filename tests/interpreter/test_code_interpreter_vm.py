@@ -68,4 +68,4 @@ def test_code_interpreter_sdk_runs_unchanged(space: tuple[SpaceServer, str]) -> 
     run = run_pytest_under(CURRENT, [SCRIPT], timeout=1400, env=env)
     summary = run.stdout.strip().splitlines()[-1:] or [run.stderr]
     assert run.returncode == 0, f"{summary}\n{run.stdout[-20000:]}{run.stderr[-5000:]}"
-    assert "9 passed" in summary[0], summary
+    assert "10 passed" in summary[0], summary

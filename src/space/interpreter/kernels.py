@@ -26,6 +26,7 @@ from space.interpreter.outputs import (
     Line,
     Run,
     env_code,
+    error_line,
     sandbox_env_code,
 )
 
@@ -33,6 +34,7 @@ IDENTITY_FILE = "/run/space-identity.json"
 KERNEL_START_SECONDS = 60.0
 INTERRUPT_GRACE_SECONDS = 10.0
 KEEPALIVE_SECONDS = 5.0
+KERNEL_DIED = "the kernel exited during the cell; it was restarted, its state is gone"
 _POLL_SECONDS = 0.2
 
 SETUP_CODE = r"""
@@ -148,6 +150,10 @@ class Context:
                 for line in run.feed(msg):
                     emit(line)
                     quiet_since = now
+            elif not self._manager.is_alive():
+                emit(error_line("KernelDied", KERNEL_DIED, ""))
+                self._restart()
+                return
             elif interrupted_at is None and now - quiet_since >= KEEPALIVE_SECONDS:
                 emit({"type": "keepalive"})
                 quiet_since = now

@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from space.interpreter.kernels import Context, ContextError, new_id
-from space.interpreter.outputs import Line
+from space.interpreter.outputs import Line, error_line
 
 PORT = 49999
 DEFAULT_CWD = "/root"
@@ -184,7 +184,10 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
         stream = _Stream(self.connection, self.wfile)
-        context.execute(code, env, stream.emit, stream.gone)
+        try:
+            context.execute(code, env, stream.emit, stream.gone)
+        except Exception as exc:  # the answer has begun: the failure goes in it
+            stream.emit(error_line(type(exc).__name__, str(exc), ""))
         stream.emit({"type": "end_of_execution"})
         stream.end()
 
