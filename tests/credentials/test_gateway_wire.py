@@ -153,6 +153,31 @@ async def test_expired_credential_is_refused(w: World) -> None:
     assert world.audit(cred.id) == ["deny: credential expired"]
 
 
+async def test_an_expired_placeholder_credential_refuses_only_the_requests_using_it(
+    w: World,
+) -> None:
+    """A placeholder credential is used only by a request carrying its placeholder: once
+    expired it refuses those, and other requests to its host go on without it."""
+    world = w
+    soon = datetime.now(UTC) + timedelta(seconds=1)
+    apply = PlaceholderApply(header="X-Api-Key")
+    cred = credential(world, apply, Binding(hosts=[API]), value(), expires_at=soon)
+    view = world.give(cred)
+    gate = world.gateway.gate(world.guest.sandbox_id)
+    assert gate.credentials is not None
+    gate.credentials._clock = lambda: soon + timedelta(seconds=1)
+    try:
+        plain = await world.curl(f"https://{API}/plain")
+        using = await world.curl(
+            "-H", f"X-Api-Key: {view.entries[0].placeholder}", f"https://{API}/using"
+        )
+    finally:
+        gate.credentials._clock = lambda: datetime.now(UTC)
+    assert status(plain) == 200
+    assert status(using) == 403 and "expired" in using.stdout
+    assert world.audit(cred.id) == ["deny: credential expired"]
+
+
 async def test_the_n_plus_first_call_gets_429_with_retry_after(w: World) -> None:
     world = w
     limit = Binding(hosts=[API], rate_limit=RateLimit(rps=0.01, burst=3))

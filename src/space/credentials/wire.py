@@ -82,6 +82,14 @@ class Plan:
         return bool(self.entries)
 
 
+def _used(entry: ViewEntry, sent: set[tuple[bytes | None, bytes]]) -> bool:
+    """Whether a bound entry applies: always, or (placeholder, SigV4) only when the
+    request carries its placeholder in its bound header."""
+    return (
+        entry.kind not in _USED_ONLY or (_bound_header(entry), entry.placeholder.encode()) in sent
+    )
+
+
 def _bound_header(entry: ViewEntry) -> bytes | None:
     application = application_of(entry.application)
     if isinstance(application, HeaderApply | PlaceholderApply):
@@ -224,14 +232,14 @@ class WireCredentials:
         for entry in view.entries:
             if (problem := self._secret_misuse(entry, request)) is not None:
                 return self._deny(request, entry, started, 403, problem)
-        now = self._clock()
+        now, sent = self._clock(), set(found)
         entries: list[ViewEntry] = []
         for entry in view.entries:
             if self._bound(entry, request) and request.tls and _bound_header(entry) is not None:
-                if entry.expires_at is not None and entry.expires_at <= now:
-                    return self._deny(request, entry, started, 403, "credential expired")
-                if not entry.policy.allows(self.role, self.task_type, now):
-                    return self._deny(request, entry, started, 403, "credential policy denies")
+                # Expiry and policy refuse a request the credential would apply to; one
+                # used only with its placeholder does not apply to a request without it.
+                if _used(entry, sent) and (problem := self._refusal(entry, now)) is not None:
+                    return self._deny(request, entry, started, 403, problem)
                 entries.append(entry)
         mine = {e.placeholder.encode(): e for e in view.entries}
         for where, token in found:
@@ -239,12 +247,14 @@ class WireCredentials:
             problem = self._misuse(where, owner, entries, request)
             if problem is not None:
                 return self._deny(request, owner, started, 403, problem)
-        sent = set(found)
-        return [
-            e
-            for e in entries
-            if e.kind not in _USED_ONLY or (_bound_header(e), e.placeholder.encode()) in sent
-        ]
+        return [e for e in entries if _used(e, sent)]
+
+    def _refusal(self, entry: ViewEntry, now: datetime) -> str | None:
+        if entry.expires_at is not None and entry.expires_at <= now:
+            return "credential expired"
+        if not entry.policy.allows(self.role, self.task_type, now):
+            return "credential policy denies"
+        return None
 
     def _secret_misuse(self, entry: ViewEntry, request: WireRequest) -> str | None:
         """A request to an OAuth2 credential's token endpoint, one carrying a token the
