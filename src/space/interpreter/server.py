@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from space.interpreter.kernels import Context, ContextError, new_id
+from space.interpreter.kernels import Context, new_id
 from space.interpreter.outputs import Line, error_line
 
 PORT = 49999
@@ -121,8 +121,8 @@ class Handler(BaseHTTPRequestHandler):
             self._route(method, self.path.split("?", 1)[0].rstrip("/") or "/")
         except HttpError as exc:
             self._text(exc.status, exc.message)
-        except ContextError as exc:
-            self._text(500, str(exc))
+        except Exception as exc:  # a context or kernel failure: the client gets why
+            self._text(500, f"{type(exc).__name__}: {exc}")
         finally:
             self.server.slots.release()
 
