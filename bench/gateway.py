@@ -130,9 +130,9 @@ async def _report(
         many = await _client(netns, ca, requests, connections, "/small")
         size = megabytes * 1_000_000 // 8
         bulk = await _client(netns, ca, 8, 1, f"/bytes/{size}")
-        rate = requests / many["elapsed"]  # type: ignore[operator]
+        rate = requests / many["elapsed"]
         value(f"{name} requests", rate, "req/s", f"{connections} keep-alive connections")
-        value(f"{name} bulk", bulk["bytes"] / bulk["elapsed"] / 1e6, "MB/s")  # type: ignore[operator]
+        value(f"{name} bulk", bulk["bytes"] / bulk["elapsed"] / 1e6, "MB/s")
         emit(summary(f"{name} request latency", single["times"]))  # type: ignore[arg-type]
     for q in (50, 90):
         added = percentile(latency["gateway"], q) - percentile(latency["direct"], q)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import h11
-from dnslib import QTYPE, RR, A, DNSRecord
+from dnslib import QTYPE, RR, A, DNSRecord  # type: ignore[import-untyped]
 
 from space.gateway.ca import SandboxCA, server_context
 from space.gateway.nsock import NetnsSockets
@@ -205,7 +205,7 @@ class FakeInternet:
         def on_sni(sslobj: ssl.SSLObject, name: str | None, _: ssl.SSLContext) -> None:
             sslobj.context = self.ca.context_for(name or "no-sni.invalid")
 
-        context.sni_callback = on_sni  # type: ignore[assignment]
+        context.sni_callback = on_sni
         return context
 
     async def close(self) -> None:
