@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import ssl
@@ -245,13 +246,12 @@ class Ingress:
                 await writer.start_tls(_guest_tls(), server_hostname=target.sandbox_id)
         except (OSError, ssl.SSLError, TimeoutError) as exc:
             writer.close()
-            where = f"port {target.port} of sandbox {target.sandbox_id}"
             raise Refusal(
-                502, "port_tls_failed", f"{where} is an https port but TLS failed: {exc}"
+                502, "port_tls_failed", f"{_where(target)} is an https port but TLS failed: {exc}"
             ) from None
 
     async def _connect(self, target: Target) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        where = f"port {target.port} of sandbox {target.sandbox_id}"
+        where = _where(target)
         try:
             async with asyncio.timeout(self._config.connect_timeout):
                 return await self._node.open_port(target.sandbox_id, target.port)
@@ -267,10 +267,16 @@ class Ingress:
             ) from None
 
 
+def _where(target: Target) -> str:
+    return f"port {target.port} of sandbox {target.sandbox_id}"
+
+
+@functools.cache
 def _guest_tls() -> ssl.SSLContext:
     """TLS to a guest's own server: its certificate is whatever the guest made (often
-    self-signed), so it is not verified; the connection never leaves the node."""
-    context = ssl.create_default_context()
+    self-signed), so it is not verified (and no CA store is loaded); the connection
+    never leaves the node. Made once: every https-port connection shares it."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     return context
