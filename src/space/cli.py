@@ -154,6 +154,7 @@ def _local_node(settings: Settings) -> LocalNode:
         egress=EgressConfig(
             settings.gateway.resolver,
             settings.gateway.ca_file,
+            settings.gateway.upstream_netns,
             open_ranges=settings.egress.open_cidrs,
             protected_hosts=_protected_hosts(settings),
             refresh_seconds=settings.egress.refresh_seconds,

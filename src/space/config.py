@@ -18,6 +18,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from space.gateway.orgs import OrgPolicies
 from space.gateway.policy import PolicyError
 
+NETNS_DIR = Path("/run/netns")
+
 Accel = Literal["auto", "kvm", "tcg"]
 
 GIB = 1024**3
@@ -112,6 +114,9 @@ class GatewayConfig(BaseSettings):
     """The egress gateway: `SPACE_GATEWAY_RESOLVER` (host[:port] of the upstream DNS
     resolver; default: the host's first IPv4 nameserver) and `SPACE_GATEWAY_CA_FILE`
     (extra trust anchors for upstream certificates, e.g. a test internet's CA).
+    `SPACE_GATEWAY_UPSTREAM_NETNS`: the network namespace (under /run/netns) the
+    gateway's upstream sockets and DNS queries are made in (default: the node's own),
+    to give egress its own namespace, or to put a test internet behind it.
 
     Per-sandbox and node-wide limits (`SPACE_GATEWAY_CONNECTIONS_PER_SANDBOX`, ...;
     names as in `space.gateway.limits.GatewayLimits`, whose `fds_per_sandbox` and
@@ -122,6 +127,7 @@ class GatewayConfig(BaseSettings):
 
     resolver: str = Field(default="", pattern=r"^([0-9.]+(:[0-9]{1,5})?)?$")
     ca_file: Path | None = None
+    upstream_netns: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     connections_per_sandbox: int = Field(default=256, gt=0)
     connections_per_node: int = Field(default=8192, gt=0)
     accept_rate: float = Field(default=100.0, gt=0)
@@ -135,6 +141,13 @@ class GatewayConfig(BaseSettings):
     handshake_timeout: float = Field(default=10.0, gt=0)
     first_request_timeout: float = Field(default=20.0, gt=0)
     idle_timeout: float = Field(default=120.0, gt=0)
+
+    @field_validator("upstream_netns")
+    @classmethod
+    def _netns_exists(cls, value: str | None) -> str | None:
+        if value is not None and not (NETNS_DIR / value).exists():
+            raise ValueError(f"no network namespace {NETNS_DIR / value} (ip netns add {value})")
+        return value
 
 
 class EgressConfig(BaseSettings):

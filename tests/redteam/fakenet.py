@@ -159,6 +159,16 @@ class FakeInternet:
             host_netns=self.host_netns,
         )
 
+    def server_env(self) -> dict[str, str]:
+        """The same egress for a `space up` subprocess (`tests.e2e.server.SpaceServer`)."""
+        assert self.ca_file is not None
+        return {
+            "SPACE_GATEWAY_RESOLVER": f"{DNS_IP}:53",
+            "SPACE_GATEWAY_CA_FILE": str(self.ca_file),
+            "SPACE_GATEWAY_UPSTREAM_NETNS": self.netns,
+            "SPACE_EGRESS_OPEN_CIDRS": f"{FAKE_PUBLIC},{OPENED_RANGE}",
+        }
+
     def canary_hits(self) -> int:
         return sum(n for (ip, _), n in self.connections.items() if ip in CANARY_IPS)
 
