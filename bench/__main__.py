@@ -2,12 +2,13 @@
 
     sudo SPACE_ACCEL=tcg .venv/bin/python -m bench all [--json FILE] [--full]
 
-Runs bench.runtime, bench.create_latency, bench.api, bench.gateway, bench.ingress,
-bench.density and bench.interpreter one after another, with counts small enough for
-about ten minutes on a 2-core TCG host (`--full`: each module's own defaults). A
-section that fails is reported and the others still run: a benchmark never fails
-anything. `--json FILE` (`-` for stdout) writes every figure (name, unit, percentiles
-or value) and every printed line, per section, with how long the section took.
+Runs bench.runtime, bench.create_latency, bench.api, bench.gateway,
+bench.credentials, bench.ingress, bench.density and bench.interpreter one after
+another, with counts small enough for about ten minutes on a 2-core TCG host
+(`--full`: each module's own defaults). A section that fails is reported and the
+others still run: a benchmark never fails anything. `--json FILE` (`-` for stdout)
+writes every figure (name, unit, percentiles or value) and every printed line, per
+section, with how long the section took.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import api, create_latency, density, gateway, ingress, interpreter, runtime
+from bench import api, create_latency, credentials, density, gateway, ingress, interpreter, runtime
 from bench.stats import FIGURES, LINES, emit
 
 Section = Callable[[bool], None]
@@ -44,6 +45,10 @@ def _gateway(full: bool) -> None:
     asyncio.run(gateway.main(400, 4, 64 if full else 16))
 
 
+def _credentials(full: bool) -> None:
+    asyncio.run(credentials.main(300 if full else 200, 4, 2000))
+
+
 def _ingress(full: bool) -> None:
     ingress.main(400 if full else 200, 8)
 
@@ -61,6 +66,7 @@ SECTIONS: dict[str, Section] = {
     "create_latency": _create_latency,
     "api": _api,
     "gateway": _gateway,
+    "credentials": _credentials,
     "ingress": _ingress,
     "density": _density,
     "interpreter": _interpreter,
