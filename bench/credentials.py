@@ -11,7 +11,10 @@ credential the gateway adds as `Authorization: Bearer {value}`, `placeholder` to
 a host where the guest sends its placeholder and the gateway substitutes it. The
 upstream echoes the Authorization it got (header and body), so every injected
 response is scrubbed back. The bench checks that the upstream got the real values
-and the guest never saw them, and prints a FAILED line if not.
+and the guest never saw them, and prints a FAILED line if not. Beside it: the
+gateway's own time per injected request as its audit records have it, and
+`WireCredentials.plan` + `allowed` timed alone (no sockets), for the decision's
+share. The load average is printed: on a busy host every latency includes waits.
 
 The audit: the gateway's credential `AuditChain` lives in memory (the node gives it
 no `AuditFile`); `AuditFile.append` (the control plane's copy, and the gateway's if
@@ -31,6 +34,7 @@ import json
 import os
 import socket
 import ssl
+import statistics
 import subprocess
 import tempfile
 import time
@@ -55,7 +59,9 @@ from space.credentials.audit import (
     verify,
 )
 from space.credentials.model import Binding, Credential, HeaderApply, PlaceholderApply, Policy
+from space.credentials.ratelimit import RateLimiter
 from space.credentials.scopes import CredentialView, SandboxRef, resolve
+from space.credentials.wire import Plan, Reveal, WireCredentials, WireRequest
 from space.gateway import Gateway
 from space.gateway.ca import server_context
 from space.gateway.ceiling import Ceiling
@@ -65,6 +71,7 @@ HOSTS = {"plain": "plain.cred.test", "header": "header.cred.test", "placeholder"
 MODES = tuple(HOSTS)
 ORG = "org1"
 GOAL_MS = 0.5
+ROUNDS = 3  # of the requests/s runs
 
 CLIENT = r"""
 import http.client, json, socket, ssl, sys, threading, time
@@ -308,19 +315,26 @@ async def main(requests: int, connections: int, audits: int) -> None:
             values = {"header": f"real-{os.urandom(16).hex()}"}
             values["placeholder"] = f"real-{os.urandom(16).hex()}"
             by_id = {"cred_header": values["header"], "cred_placeholder": values["placeholder"]}
-            gateway.set_credentials(guest.sandbox_id, ORG, view, lambda cid, _v: by_id[cid])
+
+            def reveal(credential_id: str, _version: int) -> str:
+                return by_id[credential_id]
+
+            _load("at the start")
+            gateway.set_credentials(guest.sandbox_id, ORG, view, reveal)
             placeholders = {
                 e.credential_id.removeprefix("cred_"): e.placeholder for e in view.entries
             }
             run = Run(gateway, guest, cafile, upstream, values, placeholders)
             await _latency(run, requests)
             await _rates(run, requests, connections, directory)
+            await _decision(gateway, view, reveal, requests)
             run.check_upstream()
             _chain_holds(run)
             for failure, times in run.failures.items():
                 emit(f"FAILED: {failure}" + (f" ({times} times)" if times > 1 else ""))
             if not run.failures:
                 emit("checked: the upstream got the real values, the guest only placeholders")
+            _load("at the end")
         finally:
             if server is not None:
                 server.close()
@@ -347,6 +361,10 @@ async def _latency(run: Run, requests: int) -> None:
     expected = 2 * (requests + 20)
     if records != expected:
         run.fail(f"{records} credential audit records for {expected} injected requests")
+    # the gateway's own part, as each record has it: from the plan to the request sent
+    own = [r.latency_ms for r in run.gateway.credential_audit.records[-records:] if r.latency_ms]
+    if own:
+        emit(summary("injected: plan to sent (audit)", own, scale=1.0))
 
 
 async def _rates(run: Run, requests: int, connections: int, directory: Path) -> None:
@@ -355,15 +373,15 @@ async def _rates(run: Run, requests: int, connections: int, directory: Path) -> 
     chain = run.gateway.credential_audit
     rates: dict[str, list[float]] = {}
     filed = 0
-    for _ in range(2):  # alternate the three twice so drift does not favour one
+    for _ in range(ROUNDS):  # alternate the three so drift does not favour one
         for name, mode, file in (
             ("plain", "plain", None),
-            ("audited", "header", None),
-            ("audited + AuditFile", "header", AuditFile(path)),
+            ("header, audit in memory", "header", None),
+            ("header, audit + AuditFile", "header", AuditFile(path)),
         ):
             chain.file = file
             before = run.seq()
-            spec = {"phase": "rate", "mode": mode, "requests": requests}
+            spec = {"phase": "rate", "mode": mode, "requests": 2 * requests}
             result = await run.client(spec | {"connections": connections})
             chain.file = None
             rates.setdefault(name, []).append(result["requests"] / result["elapsed"])
@@ -371,16 +389,17 @@ async def _rates(run: Run, requests: int, connections: int, directory: Path) -> 
             if mode != "plain" and records != result["requests"]:
                 run.fail(f"{name}: {records} audit records for {result['requests']} requests")
             filed += records if file is not None else 0
-    note = f"{connections} keep-alive connections, mean of 2"
+    note = f"{connections} keep-alive connections, median of {ROUNDS}"
     for name, samples in rates.items():
-        value(f"{name} requests", sum(samples) / len(samples), "req/s", note)
+        per = "" if name == "plain" else ", = audit records/s"
+        value(f"{name} requests", statistics.median(samples), "req/s", note + per)
     if not _segments_hold(list(AuditFile(path).records()), filed):
         run.fail("the gateway's AuditFile does not hold its records, hashed and linked")
 
 
 def _segments_hold(records: list[AuditRecord | None], count: int) -> bool:
     """`count` records, each hashed over its content, each linked to the one before
-    where their seqs follow (the file was attached to the chain twice: two runs)."""
+    where their seqs follow (the file was attached to the chain once per round)."""
     prev: AuditRecord | None = None
     for record in records:
         if record is None or record_hash(record) != record.hash:
@@ -389,6 +408,40 @@ def _segments_hold(records: list[AuditRecord | None], count: int) -> bool:
             return False
         prev = record
     return len(records) == count
+
+
+async def _decision(gateway: Gateway, view: CredentialView, reveal: Reveal, count: int) -> None:
+    """`WireCredentials.plan` and `allowed` alone, without sockets: the decision's
+    share of the added latency (the rest is re-framing, scrubbing, chunking)."""
+    wire = WireCredentials(
+        "vbench0",
+        ORG,
+        view,
+        reveal,
+        limiter=RateLimiter(),
+        audit=AuditChain(),
+        tokens=gateway.tokens,
+    )
+    placeholder = next(e.placeholder for e in view.entries if e.kind == "placeholder")
+    for mode, host in HOSTS.items():
+        headers = [(b"host", host.encode()), (b"accept-encoding", b"identity")]
+        if mode == "placeholder":
+            headers.append((b"authorization", b"Bearer " + placeholder.encode()))
+        request = WireRequest(host, "GET", b"/v1/echo", headers, tls=True)
+        times: list[float] = []
+        for _ in range(count):
+            start = time.perf_counter()
+            plan = await wire.plan(request)
+            if isinstance(plan, Plan):
+                wire.allowed(request, plan)
+            times.append(time.perf_counter() - start)
+        emit(summary(f"{mode}: plan+audit, sans-io", times, "us", 1e6))
+
+
+def _load(when: str) -> None:
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    busy = " (busy host: the latencies include waiting for a CPU)" if load > cpus else ""
+    emit(f"load average {load:.2f} on {cpus} CPUs {when}{busy}")
 
 
 def _chain_holds(run: Run) -> None:
