@@ -103,6 +103,8 @@ class Run:
         for mode, host in HOSTS.items():
             got = self.upstream.got.get(host, Counter())
             if mode == "plain":
+                if not got:
+                    self.fail("plain: the upstream got no request")
                 if any(real in auth for auth in got for real in self.values.values()):
                     self.fail("plain: the upstream got a value it was not bound for")
                 continue
@@ -189,10 +191,11 @@ async def _latency(run: Run, requests: int) -> None:
     expected = 2 * (requests + 20)
     if records != expected:
         run.fail(f"{records} credential audit records for {expected} injected requests")
-    # the gateway's own part, as each record has it: from the plan to the request sent
-    own = [r.latency_ms for r in run.gateway.credential_audit.records[-records:] if r.latency_ms]
+    # the gateway's own part as each record has it: from the plan to the upstream in hand
+    held = run.gateway.credential_audit.records[-records:] if records > 0 else []
+    own = [r.latency_ms for r in held if r.latency_ms is not None]
     if own:
-        emit(summary("injected: plan to sent (audit)", own, scale=1.0))
+        emit(summary("injected: plan to upstream (audit)", own, scale=1.0))
 
 
 async def _rates(run: Run, requests: int, connections: int, directory: Path) -> None:
@@ -239,8 +242,8 @@ def _segments_hold(records: list[AuditRecord | None], count: int) -> bool:
 
 
 async def _decision(gateway: Gateway, view: CredentialView, reveal: Reveal, count: int) -> None:
-    """`WireCredentials.plan` and `allowed` alone, without sockets: the decision's
-    share of the added latency (the rest is re-framing, scrubbing, chunking)."""
+    """`WireCredentials.plan` and `allowed` (its audit record, for an injected
+    request) alone, without sockets: the decision's share of the added latency."""
     wire = WireCredentials(
         "vbench0",
         ORG,
