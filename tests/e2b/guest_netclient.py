@@ -1,6 +1,7 @@
 """Runs in the guest (stdlib only): connections through the gateway held open across
-a network update. `python3 guest_netclient.py LOG CUT STAY ADDRESS`, where CUT and
-STAY are allowed hosts (the update will remove CUT) and ADDRESS is CUT's address.
+a network update. `python3 guest_netclient.py LOG CUT STAY ADDRESS DRIP`, where CUT
+and STAY are allowed hosts (the update will remove CUT), ADDRESS is CUT's address
+and DRIP the length of each download (`/drip/<DRIP>`, a byte per 0.1 s).
 Each event is a line appended to LOG as it happens:
 
 - one streaming download (`/drip/<n>`) from each of CUT and STAY, on its own
@@ -13,7 +14,7 @@ Each event is a line appended to LOG as it happens:
   and to STAY by name (`new stay ...`), each `status <n>` or `refused <error>`;
 - `error <what> <error>` if a part fails in a way none of the above names.
 
-Bounded: every socket has a timeout, the downloads `DRIP` bytes, the kept-alive
+Bounded: every socket has a timeout, the downloads DRIP bytes, the kept-alive
 connection `ROUNDS` requests; `exit` is the last line.
 """
 
@@ -27,12 +28,12 @@ import threading
 import time
 from collections.abc import Callable
 
-DRIP = 3000  # bytes, one per 0.1 s at the fake server: longer than the test
-ROUNDS = 1500
+ROUNDS = 3000  # 10 minutes at PACE
 PACE = 0.2  # between two requests on the kept-alive connection
 TIMEOUT = 60
 
 LOG, CUT, STAY, ADDRESS = sys.argv[1:5]
+DRIP = int(sys.argv[5])
 _lock = threading.Lock()
 
 
