@@ -8,7 +8,6 @@ it with nothing but E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from space.store.models import Command
 from tests.e2b.conftest import point_sdk_at
 from tests.e2b.sdks import CURRENT, sdk_dir
 from tests.e2e.conftest import _host_reason
-from tests.e2e.server import SpaceServer, space_binary
+from tests.e2e.server import SpaceServer
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[2]
@@ -46,10 +45,7 @@ def space() -> Iterator[tuple[SpaceServer, str]]:
     server = SpaceServer(Path(tempfile.mkdtemp(prefix="space-e2b-")), SPACE_NODE_WARM_POOL="{}")
     try:
         server.start()
-        argv = [space_binary(), "keys", "create", "--org", "e2b-user", "--json"]
-        argv += ["--data-dir", str(server.data_dir)]
-        issued = subprocess.run(argv, env=server.env, capture_output=True, check=True)
-        yield server, json.loads(issued.stdout)["key"]
+        yield server, server.org_key("e2b-user")
     finally:
         leaks = server.close()
     assert not leaks, "left on the host:\n" + "\n".join(leaks)

@@ -196,6 +196,14 @@ class SpaceServer:
         headers = {"Authorization": f"Bearer {self.key}"}
         return httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
+    def org_key(self, org: str) -> str:
+        """A new API key of `org` (`space keys create --json` on this server's settings)."""
+        argv = [space_binary(), "keys", "create", "--org", org, "--json"]
+        argv += ["--data-dir", str(self.data_dir)]
+        issued = subprocess.run(argv, env=self.env, capture_output=True, check=True)
+        key: str = json.loads(issued.stdout)["key"]
+        return key
+
     def create(self, http: httpx.Client, template: str = "base") -> str:
         response = http.post("/v1/sandboxes", json={"template": template})
         assert response.status_code == 201, response.text

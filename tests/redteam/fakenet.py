@@ -6,7 +6,9 @@ packet reaches the host's own network. Parts:
 - `FakeDns` on 198.51.100.53:53: a zone that tests can poison, counting every query;
 - `FakeWeb` servers (HTTP on 80, HTTPS on 443 with certificates of the fake internet's
   own CA, SNI-selected so one address can be a "CDN" for several names), echoing
-  what they received and counting connections per address: the canaries.
+  what they received and counting connections per address: the canaries;
+  `/drip/<n>` holds a response open, one byte every `DRIP_EVERY` seconds for `n`
+  bytes (at most `DRIP_MAX`), and records how it ended (`FakeInternet.drips`).
 
 TEST-NET-2 (`FAKE_PUBLIC`) stands in for the public internet, so the suite's
 operator opens it (`egress_config`), and `OPENED_RANGE` as an operator-opened
@@ -67,6 +69,8 @@ ZONE = {
     "attacker.test": [ATTACKER_IP],
 }
 ALL_IPS = (DNS_IP, WEB_IP, CDN_IP, OPENED_IP, GAINED_IP, *CANARY_IPS)
+DRIP_EVERY = 0.1
+DRIP_MAX = 6000  # ten minutes at most
 
 
 def _sh(*argv: str) -> None:
@@ -119,6 +123,17 @@ class Hit:
     path: str
 
 
+@dataclass
+class Drip:
+    """One `/drip/<n>` response: how many bytes it wrote, and how it ended
+    (`None` while it runs, then `"done"` or `"cut"` when the peer went away)."""
+
+    hit: Hit
+    wanted: int
+    sent: int = 0
+    ended: str | None = None
+
+
 class FakeInternet:
     """Start with `await FakeInternet.start()`, stop with `await net.close()`."""
 
@@ -129,6 +144,7 @@ class FakeInternet:
         self.dns = FakeDns()
         self.connections: Counter[tuple[str, int]] = Counter()
         self.hits: list[Hit] = []
+        self.drips: list[Drip] = []
         self._sockets = NetnsSockets()
         self._servers: list[asyncio.Server] = []
         self._transports: list[asyncio.DatagramTransport] = []
@@ -247,9 +263,13 @@ async def _serve_http(
             if isinstance(part, h11.Data):
                 body += bytes(part.data)
         headers = {n.decode(): v.decode() for n, v in event.headers}
-        net.hits.append(Hit(address, port, sni, headers.get("host"), event.target.decode()))
+        hit = Hit(address, port, sni, headers.get("host"), event.target.decode())
+        net.hits.append(hit)
         if headers.get("upgrade", "").lower() == "websocket":
             await _websocket(conn, reader, writer)
+            return
+        if hit.path.startswith("/drip/"):
+            await _drip(net, hit, conn, writer)
             return
         status, extra, payload = _route(event.target.decode(), sni, address, headers, body)
         response_headers = [("content-length", str(len(payload))), *extra]
@@ -282,6 +302,29 @@ def _route(
         "headers": headers,
     }
     return 200, [("content-type", "application/json")], json.dumps(echo).encode()
+
+
+async def _drip(
+    net: FakeInternet, hit: Hit, conn: h11.Connection, writer: asyncio.StreamWriter
+) -> None:
+    """A chunked response of `n` bytes, one every `DRIP_EVERY` seconds; the
+    connection ends with it."""
+    count = hit.path.removeprefix("/drip/").split("?")[0]
+    drip = Drip(hit, min(int(count) if count.isdigit() else 0, DRIP_MAX))
+    net.drips.append(drip)
+    headers = [("content-type", "application/octet-stream"), ("connection", "close")]
+    try:
+        writer.write(conn.send(h11.Response(status_code=200, headers=headers)) or b"")
+        while drip.sent < drip.wanted:
+            writer.write(conn.send(h11.Data(data=b".")) or b"")
+            await asyncio.wait_for(writer.drain(), 30)
+            drip.sent += 1
+            await asyncio.sleep(DRIP_EVERY)
+        writer.write(conn.send(h11.EndOfMessage()) or b"")
+        await asyncio.wait_for(writer.drain(), 30)
+        drip.ended = "done"
+    finally:
+        drip.ended = drip.ended or "cut"
 
 
 async def _websocket(
