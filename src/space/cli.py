@@ -16,7 +16,7 @@ import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -204,7 +204,7 @@ def local_node(
     from space.node.host import NodeHost
     from space.node.local import LocalNode
     from space.node.metrics import NodeMetrics
-    from space.node.network.egress import Egress
+    from space.node.network.egress import Egress, EgressConfig
     from space.node.network.netns import NetworkManager
     from space.node.provision import Provisioning
     from space.node.recovery import Recovery
@@ -219,7 +219,7 @@ def local_node(
         run_dir=run_dir,
         pool_size=pool_size,
         net=NetworkManager(net_prefix),
-        egress=Egress(egress, name=net_prefix),
+        egress=Egress(_audited(egress or EgressConfig(), data_dir, net_prefix), name=net_prefix),
         driver=driver,
         progress=progress,
         console_log_bytes=console_log_bytes,
@@ -238,6 +238,14 @@ def local_node(
         warm_pools=warm,
         metrics=metrics,
     )
+
+
+def _audited(egress: EgressConfig, data_dir: Path, net_prefix: str) -> EgressConfig:
+    """The gateway chains its credential decisions into `audit/gateway-<prefix>.jsonl`."""
+    if egress.credential_audit is not None:
+        return egress
+    path = data_dir / "audit" / f"gateway-{net_prefix}.jsonl"
+    return replace(egress, credential_audit=path)
 
 
 def _protected_hosts(settings: Settings) -> tuple[str, ...]:
@@ -302,15 +310,25 @@ async def _run_controller(settings: Settings) -> None:
 async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: Fence) -> None:
     """One term of leadership: the reconciler and the idle/timeout sweep, fenced by the
     lease, and the lost-node detector, until the term ends (the task is cancelled)."""
+    from space.api.app import after_pass
+    from space.api.audit_copy import AuditCopy
+    from space.api.credential_push import CredentialPush
+    from space.api.credential_service import CredentialService
     from space.control.controller import Controller
     from space.control.registry import detect_lost_nodes
 
+    credentials = CredentialService(settings, db)
+    timeout = settings.timeouts.node_call
     controller = Controller(
         db=db,
         node=node,
         timeouts=settings.timeouts,
         config=settings.controller,
         fence=fence.check,
+        after_pass=after_pass(
+            CredentialPush(credentials, db, node, timeout),
+            AuditCopy(db, credentials.audit_file, node, timeout),
+        ),
     )
     controller.start()
     try:

@@ -24,8 +24,10 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+from space.credentials.audit import AuditChain
 from space.seam.errors import SandboxNotFound
 from space.seam.values import (
+    AuditBatch,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
@@ -139,6 +141,7 @@ class FakeNode:
     egress: dict[str, list[EgressRecord]] = field(default_factory=dict)  # oldest first
     ports: dict[tuple[str, int], int] = field(default_factory=dict)  # guest port -> loopback
     grants: dict[str, list[CredentialGrant]] = field(default_factory=dict)  # oldest first
+    credential_chain: AuditChain = field(default_factory=AuditChain)  # as a gateway's
     envs: dict[str, dict[str, str]] = field(default_factory=dict)  # each sandbox's create env
     started: list[tuple[str, ExecRequest]] = field(default_factory=list)  # every request
 
@@ -160,6 +163,11 @@ class FakeNode:
         self.grants.setdefault(sandbox_id, []).append(grant)
         held = self.vms[sandbox_id]
         self.vms[sandbox_id] = dataclasses.replace(held, credentials_version=grant.version)
+
+    async def credential_audit(self, after: int, limit: int) -> AuditBatch:
+        chain = self.credential_chain
+        records = tuple(r.to_json() for r in chain.since(after, limit))
+        return AuditBatch("gateway-fake", chain.head, records)
 
     async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
         self._require(sandbox_id)

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from space.credentials.audit import GENESIS, AuditEvent, AuditFile, chain, verify
+from space.credentials.audit import (
+    GENESIS,
+    AuditChain,
+    AuditEvent,
+    AuditFile,
+    AuditFileError,
+    chain,
+    verify,
+)
 
 pytestmark = pytest.mark.credentials
 
@@ -66,3 +74,39 @@ def test_the_file_is_0600_and_a_tampered_line_is_found(tmp_path: Path) -> None:
     lines[1] = "{not json"
     audit.path.write_text("\n".join(lines) + "\n")
     assert verify(audit.records()) == 2
+
+
+def _event(n: int) -> AuditEvent:
+    return AuditEvent(org_id="org_1", who="sandbox:sbx_1", decision="allow", path=f"/{n}")
+
+
+def test_a_restarted_gateway_continues_its_file_chain(tmp_path: Path) -> None:
+    file = AuditFile(tmp_path / "gateway.jsonl")
+    first = AuditChain(file)
+    for n in range(3):
+        first.append(_event(n))
+    again = AuditChain(file)  # the node restarted: nothing in memory
+    assert again.head == 3
+    assert again.append(_event(3)).seq == 4
+    assert verify(file.records()) is None
+
+
+def test_records_after_a_seq_come_from_memory_or_else_from_the_file(tmp_path: Path) -> None:
+    file = AuditFile(tmp_path / "gateway.jsonl")
+    first = AuditChain(file)
+    for n in range(5):
+        first.append(_event(n))
+    assert [r.seq for r in first.since(2, 10)] == [3, 4, 5]
+    assert [r.seq for r in first.since(0, 2)] == [1, 2]
+    again = AuditChain(file)
+    again.append(_event(5))
+    assert [r.seq for r in again.since(3, 10)] == [4, 5, 6]  # 4 and 5 only in the file
+    assert again.since(6, 10) == [] and AuditChain().since(0, 10) == []
+
+
+def test_a_file_readable_by_others_stops_the_gateway(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.jsonl"
+    AuditChain(AuditFile(path)).append(_event(0))
+    path.chmod(0o644)
+    with pytest.raises(AuditFileError, match="chmod 600"):
+        AuditChain(AuditFile(path))

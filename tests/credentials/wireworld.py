@@ -238,12 +238,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     egress = Egress(internet.egress_config(), name=veth.prefix)
     servers: list[asyncio.Server] = []
     try:
-        subprocess.run(
-            ["ip", "-n", internet.netns, "addr", "add", f"{API_IP}/32", "dev", "lo"], check=True
-        )
-        for name in (API, OTHER, AUTH, S3, STS):
-            internet.dns.poison(name, API_IP)
-        servers = await _start_api(internet, api)
+        servers = await serve_api(internet, api)
         net = veth.create(egress.gateway)
         await egress.attach(veth.sandbox_id, net, POLICY)
         ca = directory / "gateway-ca.pem"
@@ -257,7 +252,14 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         await internet.close()
 
 
-async def _start_api(internet: FakeInternet, api: FakeApi) -> list[asyncio.Server]:
+async def serve_api(internet: FakeInternet, api: FakeApi) -> list[asyncio.Server]:
+    """Serve `api` in the fake internet on `API_IP` (HTTPS 443, HTTP 80), the name of
+    every fake host of this world resolving there; the caller closes the servers."""
+    subprocess.run(
+        ["ip", "-n", internet.netns, "addr", "add", f"{API_IP}/32", "dev", "lo"], check=True
+    )
+    for name in (API, OTHER, AUTH, S3, STS):
+        internet.dns.poison(name, API_IP)
     servers: list[asyncio.Server] = []
     context = server_context()
     context.set_alpn_protocols(["http/1.1"])

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from prometheus_client.registry import Collector
 
 from space.api import e2b
+from space.api.audit_copy import AuditCopy
 from space.api.bootstrap import open_database
 from space.api.credential_push import CredentialPush
 from space.api.credential_service import CredentialService
@@ -24,10 +25,11 @@ from space.api.sandbox_service import SandboxService
 from space.api.state import AppState
 from space.config import Settings
 from space.console import routes as console
-from space.control.controller import Controller
+from space.control.controller import AfterPass, Controller
 from space.control.expiry import Activity
 from space.control.waiter import DbWaiter, Lifecycle
 from space.seam.protocol import NodeClient
+from space.seam.values import SandboxObservation
 from space.store.commands import CommandRepo
 from space.store.db import Database
 
@@ -51,7 +53,8 @@ def create_app(
     activity = Activity()
     credential_service = CredentialService(settings, db)
     pushes = CredentialPush(credential_service, db, node, settings.timeouts.node_call)
-    controller = _controller(settings, db, node, activity, pushes)
+    audit = AuditCopy(db, credential_service.audit_file, node, settings.timeouts.node_call)
+    controller = _controller(settings, db, node, activity, after_pass(pushes, audit))
     registry = _registry(settings, db, node, activity, credential_service)
     lifecycle: Lifecycle = controller or DbWaiter(db, timeout=settings.timeouts.create)
     service = SandboxService(
@@ -121,7 +124,7 @@ def _controller(
     db: Database,
     node: NodeClient | None,
     activity: Activity,
-    pushes: CredentialPush,
+    after: AfterPass,
 ) -> Controller | None:
     if node is None:
         return None
@@ -131,8 +134,19 @@ def _controller(
         timeouts=settings.timeouts,
         config=settings.controller,
         activity=activity,
-        after_pass=pushes.resync,
+        after_pass=after,
     )
+
+
+def after_pass(pushes: CredentialPush, audit: AuditCopy) -> AfterPass:
+    """After each reconcile pass: views to gateways that are behind, then the gateways'
+    credential audit into the database (each step logs its own failures)."""
+
+    async def run(observed: list[SandboxObservation]) -> None:
+        await pushes.resync(observed)
+        await audit.pull(observed)
+
+    return run
 
 
 def _registry(

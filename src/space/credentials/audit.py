@@ -6,7 +6,8 @@ and path (never a query string: it is cut off here), the decision and its latenc
 never a value. `chain` makes the next record, `verify` walks records and answers
 the first seq where the chain breaks (None when it holds). `AuditFile` keeps the
 records as JSON lines in a 0600 file (beside the database's copy); `AuditChain` is
-the gateway's chain (kept in memory, optionally with such a file).
+the gateway's chain (the newest records in memory, optionally all in such a file,
+which a restarted gateway continues).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 GENESIS = "0" * 64
+TAIL_BYTES = 64 * 1024  # a record's line is far shorter: the newest one is in here
 
 
 class AuditFileError(Exception):
@@ -141,6 +143,22 @@ class AuditFile:
                 except (ValueError, TypeError, KeyError):
                     yield None
 
+    def last(self) -> AuditRecord | None:
+        """The newest readable record (None: no file, or no record in its last lines)."""
+        if not self.path.exists():
+            return None
+        with open(self.path, "rb") as file:
+            self._check(file.fileno())
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(0, size - TAIL_BYTES))
+            lines = file.read().splitlines()
+        for line in reversed(lines):
+            try:
+                return AuditRecord.from_json(json.loads(line))
+            except (ValueError, TypeError, KeyError):
+                continue
+        return None
+
     def _check(self, fd: int) -> None:
         mode = stat.S_IMODE(os.fstat(fd).st_mode)
         if mode & 0o077:
@@ -157,8 +175,29 @@ class AuditChain:
     def __init__(self, file: AuditFile | None = None) -> None:
         self.file = file
         self.records: list[AuditRecord] = []
-        self._seq, self._prev = 0, GENESIS
+        last = file.last() if file is not None else None  # a restart continues the chain
+        self._seq, self._prev = (last.seq, last.hash) if last is not None else (0, GENESIS)
         self._lock = threading.Lock()
+
+    @property
+    def head(self) -> int:
+        """The seq of the newest record (0: none yet)."""
+        return self._seq
+
+    def since(self, seq: int, limit: int) -> list[AuditRecord]:
+        """At most `limit` records after `seq`, oldest first: from memory while it still
+        holds the next one, else from the file (records of an earlier run)."""
+        with self._lock:
+            held = [r for r in self.records if r.seq > seq][:limit]
+        if (held and held[0].seq == seq + 1) or self.file is None or seq >= self._seq:
+            return held
+        found: list[AuditRecord] = []
+        for record in self.file.records():
+            if record is not None and record.seq > seq:
+                found.append(record)
+                if len(found) == limit:
+                    break
+        return found
 
     def append(self, event: AuditEvent) -> AuditRecord:
         with self._lock:

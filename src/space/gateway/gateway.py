@@ -29,7 +29,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from space.credentials.audit import AuditChain
+from space.credentials.audit import AuditChain, AuditFile
 from space.credentials.oauth import TokenCache
 from space.credentials.ratelimit import RateLimiter
 from space.credentials.scopes import CredentialView
@@ -83,13 +83,15 @@ class Gateway:
         ceiling: Ceiling = DEFAULT,
         limits: GatewayLimits | None = None,
         registry: CollectorRegistry | None = None,
+        credential_audit: Path | None = None,
     ) -> None:
         self.ports = ports
         self.ceiling = ceiling
         self.limits = limits = limits or GatewayLimits()
         self.metrics = GatewayMetrics(registry)
         self.audit = AuditLog(counted=self.metrics.decided)
-        self.credential_audit = AuditChain()
+        audit_file = AuditFile(credential_audit) if credential_audit is not None else None
+        self.credential_audit = AuditChain(audit_file)
         self.rate_limiter = RateLimiter()
         self._node = NodeQuotas.of(limits)
         self._listen = listen_address

@@ -41,6 +41,7 @@ from space.node.warm import WarmPools
 from space.seam.errors import SandboxUnavailable, SnapshotMissing
 from space.seam.protocol import CommandHandle
 from space.seam.values import (
+    AuditBatch,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
@@ -267,6 +268,12 @@ class LocalNode:
         sandbox = self.sandbox(sandbox_id)
         view = CredentialView.from_json(grant.view)
         self._host.egress.set_credentials(sandbox.record.slot, grant.org_id, view, grant.value)
+
+    async def credential_audit(self, after: int, limit: int) -> AuditBatch:
+        chain = self._host.egress.gateway.credential_audit
+        records = await asyncio.to_thread(chain.since, after, limit)
+        source = f"gateway-{self._host.egress.name}"
+        return AuditBatch(source, chain.head, tuple(r.to_json() for r in records))
 
     async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
         self.sandbox(sandbox_id)  # SandboxNotFound if this node does not hold it

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, Protocol
 
 from space.seam.values import (
+    AuditBatch,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
@@ -87,6 +88,11 @@ class NodeClient(Protocol):
     async def set_credentials(self, sandbox_id: str, grant: CredentialGrant) -> None:
         """Hand a running sandbox's gateway a new credential view (a newer version
         replaces the held one on the next request; an older one is ignored)."""
+        ...
+
+    async def credential_audit(self, after: int, limit: int) -> AuditBatch:
+        """At most `limit` records of the gateway's credential audit chain after seq
+        `after` (the control plane copies them into its own chain)."""
         ...
 
     async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:

@@ -50,6 +50,17 @@ class CredentialGrant:
 
 
 @dataclass(frozen=True)
+class AuditBatch:
+    """Records of a node gateway's credential audit chain after a seq, oldest first, as
+    `space.credentials.audit.AuditRecord.to_json` writes them; `source` names the chain
+    (one per node), `head` is its newest seq (below a reader's cursor: it started over)."""
+
+    source: str
+    head: int
+    records: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class SandboxObservation:
     """What a node reports about one sandbox it holds; `credentials_version` is the
     credential view version its gateway applies (None: it holds no view)."""

@@ -16,7 +16,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from space.credentials.audit import AuditEvent, AuditRecord, chain
-from space.store.models import CredentialAudit, CredentialAuditHead, utcnow
+from space.store.models import (
+    CredentialAudit,
+    CredentialAuditCursor,
+    CredentialAuditHead,
+    utcnow,
+)
 
 PAGE = 1000
 
@@ -36,15 +41,29 @@ class AuditRepo:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def append(self, event: AuditEvent) -> AuditRecord:
+    def append(self, event: AuditEvent, at: datetime | None = None) -> AuditRecord:
+        """Chain `event` after the newest record; `at`: when it happened (default: now)."""
         head = self.session.scalars(
             select(CredentialAuditHead).where(CredentialAuditHead.id == 1).with_for_update()
         ).one()
-        record = chain(event, head.seq + 1, head.hash, utcnow())
+        record = chain(event, head.seq + 1, head.hash, at or utcnow())
         self.session.add(CredentialAudit(**record.to_json() | {"at": record.at}))
         head.seq, head.hash = record.seq, record.hash
         self.session.flush()
         return record
+
+    def cursor(self, source: str) -> int:
+        """The last seq of `source`'s chain copied here (0: none yet)."""
+        row = self.session.get(CredentialAuditCursor, source)
+        return row.seq if row is not None else 0
+
+    def set_cursor(self, source: str, seq: int) -> None:
+        row = self.session.get(CredentialAuditCursor, source, with_for_update=True)
+        if row is None:
+            self.session.add(CredentialAuditCursor(source=source, seq=seq))
+        else:
+            row.seq = seq
+        self.session.flush()
 
     def query(self, where: AuditFilter) -> list[AuditRecord]:
         """Newest first, at most `where.limit`."""

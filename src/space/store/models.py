@@ -225,7 +225,7 @@ class CredentialAudit(Base):
     at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     org_id: Mapped[str] = mapped_column(String(32), index=True)
     who: Mapped[str] = mapped_column(String(64))
-    decision: Mapped[str] = mapped_column(String(32), index=True)
+    decision: Mapped[str] = mapped_column(String(255), index=True)
     sandbox_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
     credential_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
     host: Mapped[str | None] = mapped_column(String(253), nullable=True)
@@ -234,6 +234,15 @@ class CredentialAudit(Base):
     latency_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))
+
+
+class CredentialAuditCursor(Base):
+    """Per node gateway's audit chain (`source`), the last seq copied into this one."""
+
+    __tablename__ = "credential_audit_cursors"
+
+    source: Mapped[str] = mapped_column(String(128), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer)
 
 
 class CredentialAuditHead(Base):

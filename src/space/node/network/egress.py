@@ -66,7 +66,8 @@ class EgressConfig:
     API's and database's hosts), `refresh_seconds`, and for tests the namespace
     whose addresses count as the node's (None: this process's).
 
-    `limits`: the gateway's per-sandbox and node-wide limits."""
+    `limits`: the gateway's per-sandbox and node-wide limits. `credential_audit`: the
+    JSON-lines file the gateway's credential decisions are chained into (None: memory only)."""
 
     resolver: str = ""
     ca_file: Path | None = None
@@ -76,6 +77,7 @@ class EgressConfig:
     refresh_seconds: float = 10.0
     host_netns: str | None = None
     limits: GatewayLimits = GatewayLimits()
+    credential_audit: Path | None = None
 
     def resolver_address(self) -> tuple[str, int]:
         text = self.resolver or _system_resolver()
@@ -100,6 +102,7 @@ class Egress:
             upstream_netns=config.upstream_netns,
             mark=fence.mark_for(name),
             limits=config.limits,
+            credential_audit=config.credential_audit,
         )
 
     async def attach(
