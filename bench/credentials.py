@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import os
 import statistics
 import tempfile
@@ -40,10 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.redteam.fakenet import DNS_IP, FAKE_PUBLIC, FakeInternet
+from tests.redteam.fakenet import FakeInternet
 from tests.redteam.vethguest import VethGuest
 
 from bench.credworld import HOSTS, ORG, Upstream, run_client, serve_upstream, view_for
+from bench.gateway import fake_internet_gateway
 from bench.stats import emit, percentile, summary, value
 from space.credentials.audit import (
     AuditChain,
@@ -57,7 +57,6 @@ from space.credentials.ratelimit import RateLimiter
 from space.credentials.scopes import CredentialView
 from space.credentials.wire import Plan, Reveal, WireCredentials, WireRequest
 from space.gateway import Gateway
-from space.gateway.ceiling import Ceiling
 
 MODES = tuple(HOSTS)
 GOAL_MS = 0.5
@@ -125,12 +124,7 @@ async def main(requests: int, connections: int, audits: int) -> None:
         directory = Path(scratch)
         internet = await FakeInternet.start(directory)
         assert internet.ca_file is not None
-        gateway = Gateway(
-            resolver=(DNS_IP, 53),
-            ca_file=internet.ca_file,
-            upstream_netns=internet.netns,
-            ceiling=Ceiling.build([ipaddress.ip_network(FAKE_PUBLIC)]),  # TEST-NET as public
-        )
+        gateway = fake_internet_gateway(internet)
         guest = VethGuest()
         upstream = Upstream()
         server: asyncio.Server | None = None

@@ -86,17 +86,22 @@ async def _client(
     return result
 
 
+def fake_internet_gateway(internet: FakeInternet) -> Gateway:
+    """A gateway whose upstream is `internet` (its TEST-NET addresses count as public)."""
+    return Gateway(
+        resolver=(DNS_IP, 53),
+        ca_file=internet.ca_file,
+        upstream_netns=internet.netns,
+        ceiling=Ceiling.build([ipaddress.ip_network(FAKE_PUBLIC)]),
+    )
+
+
 async def main(requests: int, connections: int, megabytes: int) -> None:
     with tempfile.TemporaryDirectory(prefix="space-bench-gw-") as scratch:
         directory = Path(scratch)
         internet = await FakeInternet.start(directory)
         assert internet.ca_file is not None
-        gateway = Gateway(
-            resolver=(DNS_IP, 53),
-            ca_file=internet.ca_file,
-            upstream_netns=internet.netns,
-            ceiling=Ceiling.build([ipaddress.ip_network(FAKE_PUBLIC)]),  # TEST-NET as public
-        )
+        gateway = fake_internet_gateway(internet)
         guest = VethGuest()
         try:
             guest.create(gateway)

@@ -61,6 +61,12 @@ class Stack:
         out: str = result["stdout"]
         return out
 
+    async def placeholder_credential(self, name: str, header: str, value: str) -> Any:
+        """A credential whose placeholder the guest sends in `header` to `API`."""
+        application = {"kind": "placeholder", "header": header}
+        body = {"name": name, "application": application, "binding": {"hosts": [API]}}
+        return await self.call("POST", "/v1/credentials", json=body | {"value": value})
+
     async def sandbox(self, credential: str) -> tuple[str, str]:
         """A running sandbox allowed `API` and given `credential`; its placeholder."""
         network = {"mode": "allowlist", "allow": [API]}
@@ -151,16 +157,7 @@ def _files(directory: Path) -> Iterator[Path]:
 
 async def test_the_secret_is_used_upstream_and_found_nowhere_in_the_guest(stack: Stack) -> None:
     value = _value()
-    made = await stack.call(
-        "POST",
-        "/v1/credentials",
-        json={
-            "name": "API_TOKEN",
-            "application": {"kind": "placeholder", "header": "Authorization"},
-            "binding": {"hosts": [API]},
-            "value": value,
-        },
-    )
+    made = await stack.placeholder_credential("API_TOKEN", "Authorization", value)
     sandbox_id, placeholder = await stack.sandbox(made["name"])
     slot = stack.slot(sandbox_id)
     # a process that keeps the placeholder in guest memory (its environment) until the snapshot
@@ -200,16 +197,7 @@ async def test_the_secret_is_used_upstream_and_found_nowhere_in_the_guest(stack:
 
 async def test_rotation_and_revocation_reach_a_running_sandbox_at_once(stack: Stack) -> None:
     first, second = _value(), _value()
-    made = await stack.call(
-        "POST",
-        "/v1/credentials",
-        json={
-            "name": "ROTATING_TOKEN",
-            "application": {"kind": "placeholder", "header": "X-Api-Key"},
-            "binding": {"hosts": [API]},
-            "value": first,
-        },
-    )
+    made = await stack.placeholder_credential("ROTATING_TOKEN", "X-Api-Key", first)
     sandbox_id, placeholder = await stack.sandbox(made["name"])
     # the placeholder itself: a revoked credential's variable is gone from the next process
     request = f'{CURL} -H "X-Api-Key: {placeholder}" https://{API}/rotating'
