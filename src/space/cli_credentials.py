@@ -11,21 +11,16 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from space.cli import _command, _json_flag, _server_flags, settings_from
 from space.cli_output import err, out, table
 from space.credentials.audit import AuditFile, AuditFileError, verify
 from space.credentials.model import MAX_VALUE_BYTES
-from space.sdk import APIError, TransportError
-
-DEFAULT_URL = "http://127.0.0.1:8080"
-TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+from space.sdk import Call, Calls, CredentialInfo, Credentials
 
 
 def register(sub: Any) -> None:
@@ -88,21 +83,9 @@ def _read_value(path: Path | None) -> str:
     return value
 
 
-def _call(method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    url = (os.environ.get("SPACE_API_URL") or DEFAULT_URL).rstrip("/")
-    headers = {"Authorization": f"Bearer {os.environ.get('SPACE_API_KEY', '')}"}
-    try:
-        answer = httpx.request(method, url + path, json=body, headers=headers, timeout=TIMEOUT)
-    except httpx.HTTPError as exc:
-        raise TransportError(str(exc)) from exc
-    if answer.status_code >= 400:
-        try:
-            error = answer.json()["error"]
-        except (ValueError, KeyError, TypeError):
-            error = {"code": "http_error", "message": answer.text[:200]}
-        raise APIError(answer.status_code, error["code"], error["message"], error.get("field"))
-    result: dict[str, Any] = answer.json()
-    return result
+def _send(call: Call[CredentialInfo]) -> list[dict[str, Any]]:
+    with Credentials() as client:
+        return [asdict(client.send(call))]
 
 
 def _application(args: argparse.Namespace) -> dict[str, Any]:
@@ -119,17 +102,18 @@ def _application(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _binding(args: argparse.Namespace) -> dict[str, Any]:
-    binding: dict[str, Any] = {"hosts": args.host}
-    if args.method:
-        binding["methods"] = [m.upper() for m in args.method]
-    if args.path:
-        binding["path_prefixes"] = args.path
-    if args.rps is not None or args.burst is not None:
-        binding["rate_limit"] = {"rps": args.rps, "burst": args.burst}
-    return binding
+    """`Calls.create`'s binding keywords."""
+    limited = args.rps is not None or args.burst is not None
+    return {
+        "hosts": args.host,
+        "methods": [m.upper() for m in args.method] if args.method else None,
+        "path_prefixes": args.path or None,
+        "rate_limit": {"rps": args.rps, "burst": args.burst} if limited else None,
+    }
 
 
 def _show(credentials: list[dict[str, Any]], as_json: bool) -> None:
+    """`credentials` as `CredentialInfo` fields (`--json`: as they are)."""
     if as_json:
         out(json.dumps(credentials))
         return
@@ -150,33 +134,32 @@ def _show(credentials: list[dict[str, Any]], as_json: bool) -> None:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {
-        "name": args.name,
-        "scope": args.scope,
-        "target": args.target,
-        "application": _application(args),
-        "binding": _binding(args),
-        "value": _read_value(args.value_file),
-    }
-    if args.expires_in is not None:
-        body["expires_in"] = args.expires_in
-    _show([_call("POST", "/v1/credentials", body)], args.json)
+    call = Calls.create(
+        args.name,
+        _read_value(args.value_file),
+        scope=args.scope,
+        target=args.target,
+        application=_application(args),
+        expires_in=args.expires_in,
+        **_binding(args),
+    )
+    _show(_send(call), args.json)
     return 0
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    _show(_call("GET", "/v1/credentials")["credentials"], args.json)
+    with Credentials() as client:
+        _show([asdict(c) for c in client.list()], args.json)
     return 0
 
 
 def cmd_rotate(args: argparse.Namespace) -> int:
-    body = {"value": _read_value(args.value_file), "grace": args.grace}
-    _show([_call("POST", f"/v1/credentials/{args.id}/rotate", body)], args.json)
+    _show(_send(Calls.rotate(args.id, _read_value(args.value_file), args.grace)), args.json)
     return 0
 
 
 def cmd_revoke(args: argparse.Namespace) -> int:
-    _show([_call("POST", f"/v1/credentials/{args.id}/revoke")], args.json)
+    _show(_send(Calls.revoke(args.id)), args.json)
     return 0
 
 

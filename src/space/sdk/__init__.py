@@ -7,10 +7,21 @@
         for event in sandbox.stream("make test"):
             ...
 
+    with Credentials() as store:                     # values in, never out
+        store.create("GITHUB_TOKEN", token, hosts=["api.github.com"])
+
 Only the names in `__all__` are public; the modules behind them are private.
 """
 
 from space.sdk._async import AsyncCommand, AsyncFiles, AsyncSandbox
+from space.sdk._credentials import (
+    AsyncCredentials,
+    AuditEntry,
+    Call,
+    Calls,
+    CredentialInfo,
+    Credentials,
+)
 from space.sdk._exceptions import (
     APIError,
     AuthenticationError,
@@ -25,12 +36,18 @@ from space.sdk._sync import Command, Files, Sandbox
 __all__ = [
     "APIError",
     "AsyncCommand",
+    "AsyncCredentials",
     "AsyncFiles",
     "AsyncSandbox",
+    "AuditEntry",
     "AuthenticationError",
+    "Call",
+    "Calls",
     "Command",
     "CommandInfo",
     "ConflictError",
+    "CredentialInfo",
+    "Credentials",
     "Event",
     "ExecResult",
     "Files",

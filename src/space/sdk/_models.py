@@ -100,6 +100,26 @@ class Connection:
         return {"Authorization": f"Bearer {self.key}"}
 
 
+def create_body(
+    template: str,
+    env: dict[str, str] | None,
+    metadata: dict[str, str] | None,
+    timeout: int | None,
+    idle_timeout: int | None,
+    network: dict[str, Any] | None,
+    credentials: list[str] | None,
+) -> dict[str, Any]:
+    """The JSON body of a sandbox create (absent fields: the server's defaults)."""
+    body: dict[str, Any] = {"template": template, "env": env or {}, "metadata": metadata or {}}
+    optional = {
+        "timeout": timeout,
+        "idle_timeout": idle_timeout,
+        "network": network,
+        "credentials": credentials,
+    }
+    return body | {name: given for name, given in optional.items() if given is not None}
+
+
 def exec_body(
     cmd: str | list[str],
     *,

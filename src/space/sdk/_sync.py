@@ -11,7 +11,15 @@ from typing import IO, Any, Protocol, cast
 import httpx
 
 from space.sdk._exceptions import TransportError, converted, raise_for
-from space.sdk._models import CommandInfo, Connection, Event, ExecResult, SandboxInfo, exec_body
+from space.sdk._models import (
+    CommandInfo,
+    Connection,
+    Event,
+    ExecResult,
+    SandboxInfo,
+    create_body,
+    exec_body,
+)
 from space.sdk._sse import SSEDecoder
 
 TIMEOUT = httpx.Timeout(60.0, connect=10.0)
@@ -166,14 +174,14 @@ class Sandbox:
         metadata: dict[str, str] | None = None,
         timeout: int | None = None,
         idle_timeout: int | None = None,
+        network: dict[str, Any] | None = None,
+        credentials: builtins.list[str] | None = None,
         api_url: str | None = None,
         api_key: str | None = None,
     ) -> Sandbox:
-        body: dict[str, Any] = {"template": template, "env": env or {}, "metadata": metadata or {}}
-        if timeout is not None:
-            body["timeout"] = timeout
-        if idle_timeout is not None:
-            body["idle_timeout"] = idle_timeout
+        """`network`: its egress policy; `credentials`: only these of the credentials its
+        scopes reach (None: all), each seen in the guest as a placeholder variable."""
+        body = create_body(template, env, metadata, timeout, idle_timeout, network, credentials)
         return cls._open(
             api_url, api_key, "POST", "/v1/sandboxes", json=body, timeout=CREATE_TIMEOUT
         )
