@@ -123,7 +123,7 @@ class CredentialOut(BaseModel):
     target: str | None
     kind: str
     application: dict[str, Any]
-    binding: Binding
+    binding: Binding | None = Field(description="null for a `rules` credential (E2B's secrets)")
     narrowings: list[NarrowingOut]
     policy: Policy
     version: int
