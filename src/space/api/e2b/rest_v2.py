@@ -7,7 +7,9 @@ concepts SPACE does not have, each refused in E2B's error shape with the reason.
     POST /v2/sandboxes/{id}/connect     connect; `memory: false` (reboot) is a 400
     PUT  /sandboxes/{id}/network        the egress policy replaced, open connections too
     GET  /templates/aliases/{alias}     the node's templates, by name
-    logs, fork, snapshots, template builds and tags, volumes, secrets   501
+    logs, fork, snapshots, template builds and tags, volumes   501
+
+`/secrets` is `secrets`.
 """
 
 from __future__ import annotations
@@ -40,8 +42,6 @@ NOT_SUPPORTED: list[tuple[str, str, str]] = [
     ("DELETE", "/templates/tags", "template tags"),
     ("GET", "/volumes", "volumes"),
     ("POST", "/volumes", "volumes"),
-    ("GET", "/secrets", "secrets"),
-    ("POST", "/secrets", "secrets"),
 ]
 
 
