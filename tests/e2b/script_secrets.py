@@ -1,9 +1,10 @@
 """E2B secrets under the current SDK (e2b 2.63), against the fake node: `Secret`'s
 create, list, get, update and destroy never answer a value; a sandbox created
 with `network.rules` gets each header as a use of the secret on that host alone,
-and neither the value nor a placeholder reaches its environment; what SPACE
-cannot honour is refused naming the field. Not collected by default (2.21.1 has
-no `Secret`): test_e2b_secrets.py runs it under 2.63."""
+and neither the value nor a placeholder reaches its environment; `update_network`
+replaces them; what SPACE cannot honour is refused naming the field. Not
+collected by default (2.21.1 has no `Secret`): test_e2b_secrets.py runs it under
+2.63."""
 
 from __future__ import annotations
 
@@ -173,8 +174,21 @@ def test_rules_space_cannot_honour_are_refused_naming_the_field(
     assert VALUE not in answer.text
 
 
-def test_rules_on_a_running_sandbox_are_refused() -> None:
+def test_update_network_replaces_the_rules_of_a_running_sandbox(
+    e2b_env: ServerThread, fake_node: FakeNode
+) -> None:
     Secret.create("later", VALUE)
     sandbox = Sandbox.create()
-    with pytest.raises(SandboxException, match="at create only"):
-        sandbox.update_network({"rules": _rules("Bearer ${e2b.secrets.later}")})
+    assert _view(e2b_env, sandbox.sandbox_id)["credentials"] == []
+    rules = _rules("token ${e2b.secrets.later}", host="api.github.com")
+    sandbox.update_network({"allow_out": ["api.github.com"], "rules": rules})
+    [entry] = _view(e2b_env, sandbox.sandbox_id)["credentials"]
+    assert entry["hosts"] == ["api.github.com"]
+    [held] = fake_node.grants[sandbox.sandbox_id][-1].view["entries"]
+    assert held["application"]["template"] == "token {value}"
+    with pytest.raises(SandboxException, match="no secret named 'gone'"):
+        sandbox.update_network({"rules": _rules("${e2b.secrets.gone}")})
+    assert len(_view(e2b_env, sandbox.sandbox_id)["credentials"]) == 1  # a refusal changes nothing
+    sandbox.update_network({"allow_out": ["api.github.com"]})  # no rules: cleared, as on E2B
+    assert _view(e2b_env, sandbox.sandbox_id)["credentials"] == []
+    assert fake_node.grants[sandbox.sandbox_id][-1].view["entries"] == []

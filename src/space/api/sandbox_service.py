@@ -260,19 +260,31 @@ class SandboxService:
             return repo.get(row.id)
 
     async def set_network(
-        self, principal: Principal, row: Sandbox, network: dict[str, Any] | None
+        self,
+        principal: Principal,
+        row: Sandbox,
+        network: dict[str, Any] | None,
+        uses: tuple[SecretUse, ...] | None = None,
     ) -> Sandbox:
         """Replace a running sandbox's egress policy (the org's default for None, else
         `network` within the org's ceiling): the node applies it to new and open
-        connections, then the row keeps it."""
+        connections, then the row keeps it. `uses`, if given, replace its uses of
+        `rules` credentials, and its gateway gets the new view."""
         policy = self.resolve_network(principal, network)
         if row.state != SandboxState.RUNNING.value:
             raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
+        found = None
+        if uses is not None:
+            with self._db.session() as session:
+                found = _credential_uses(session, principal, uses)
         await self._node_or_unavailable().set_network_policy(row.id, policy)
         with self._db.session() as session:
             repo = SandboxRepo(session)
-            repo.set_network(row.id, policy)
-            return repo.get(row.id)
+            repo.set_network(row.id, policy, found)
+            row = repo.get(row.id)
+        if found is not None and self._credentials is not None:
+            await self._credentials.changed(row)
+        return row
 
     def _node_or_unavailable(self) -> NodeClient:
         if self._node is None:

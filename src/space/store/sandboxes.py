@@ -238,10 +238,18 @@ class SandboxRepo:
         with faults.operation("timeout", sandbox_id):
             faults.point("before_commit")
 
-    def set_network(self, sandbox_id: str, network: dict[str, Any] | None) -> None:
-        """Replace the egress policy the sandbox is (re)created with. Not a state
-        mutation: no generation bump."""
-        self._set(sandbox_id, network=network, updated_at=utcnow())
+    def set_network(
+        self,
+        sandbox_id: str,
+        network: dict[str, Any] | None,
+        uses: tuple[CredentialUse, ...] | None = None,
+    ) -> None:
+        """Replace the egress policy the sandbox is (re)created with, and (unless None)
+        its uses of `rules` credentials. Not a state mutation: no generation bump."""
+        values: dict[str, Any] = {"network": network, "updated_at": utcnow()}
+        if uses is not None:
+            values["credential_uses"] = [use.to_json() for use in uses] or None
+        self._set(sandbox_id, **values)
 
     def _set(self, sandbox_id: str, **values: Any) -> None:
         self.session.execute(

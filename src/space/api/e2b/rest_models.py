@@ -70,11 +70,6 @@ class NetworkUpdateIn(EgressIn):
 
     allow_internet_access: bool | None = None
 
-    def unsupported(self) -> str | None:
-        if self.rules:
-            return "network.rules on a running sandbox: SPACE takes them at create only"
-        return super().unsupported()
-
     def network_policy(self) -> dict[str, Any] | None:
         return egress_policy(self.allow_internet_access, self)
 
