@@ -80,9 +80,11 @@ async def test_keys_are_per_org_and_the_e2b_fronts_honour_them(
 
 
 def test_a_digest_without_credentials_is_the_one_stored_before_they_existed() -> None:
-    """A retry under the same key across the upgrade that added `credentials` matches."""
+    """A retry under the same key across the upgrades that added `credentials` and
+    `uses` matches."""
     request = SandboxRequest(template="base", env={"A": "1"}, metadata={"m": "x"})
-    before = {k: v for k, v in dataclasses.asdict(request).items() if k != "credentials"}
+    new = ("credentials", "uses")
+    before = {k: v for k, v in dataclasses.asdict(request).items() if k not in new}
     canonical = json.dumps(before, sort_keys=True, separators=(",", ":"))
     assert request.digest() == hashlib.sha256(canonical.encode()).hexdigest()
     assert SandboxRequest(template="base", credentials=()).digest() != (

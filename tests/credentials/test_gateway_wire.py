@@ -17,9 +17,11 @@ from space.credentials.audit import verify
 from space.credentials.model import (
     BasicApply,
     Binding,
+    CredentialUse,
     HeaderApply,
     PlaceholderApply,
     RateLimit,
+    RulesApply,
 )
 from space.credentials.scopes import placeholder
 from tests.credentials.wireworld import API, OTHER, SECRET, World, credential, status, value
@@ -48,6 +50,30 @@ async def test_header_template_reaches_upstream_and_the_guest_sees_the_placehold
     assert status(outside) == 200 and "authorization" not in world.api.received[-1][1]
     assert world.audit(cred.id) == ["allow"]
     assert verify(world.gateway.credential_audit.records) is None
+
+
+async def test_an_e2b_rule_sets_its_header_with_the_real_value_on_its_host_alone(
+    w: World,
+) -> None:
+    """An E2B secret (a `rules` credential) used by `network.rules[API]` with
+    `X-Api-Key: key=${e2b.secrets.NAME}`: the gateway sets the header on API, the
+    guest sends nothing and sees only the placeholder echoed back."""
+    world = w
+    real = value()
+    cred = credential(world, RulesApply(), None, real)
+    use = CredentialUse(cred.id, API, HeaderApply(header="X-Api-Key", template="key={value}"))
+    view = world.give(cred, uses=(use,))
+    ph = view.entries[0].placeholder
+    result = await world.curl(f"https://{API}/v1/chat")
+    assert status(result) == 200, result
+    assert world.api.received[-1][1]["x-api-key"] == f"key={real}"
+    assert real not in result.stdout and f'"x-api-key": "key={ph}"' in result.stdout
+    elsewhere = await world.curl(f"https://{OTHER}/v1/chat")  # allowed, but not the rule's host
+    assert status(elsewhere) == 200 and "x-api-key" not in world.api.received[-1][1]
+    assert world.audit(cred.id) == ["allow"]
+    world.give(cred)  # the rule removed (update_network without it)
+    gone = await world.curl(f"https://{API}/v1/chat")
+    assert status(gone) == 200 and "x-api-key" not in world.api.received[-1][1]
 
 
 async def test_basic_and_placeholder_substitution_in_the_bound_header(w: World) -> None:

@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from space.credentials.model import Binding, Credential, HeaderApply, Narrowing, Policy
+from space.credentials.guest_env import placeholder_env
+from space.credentials.model import (
+    Binding,
+    Credential,
+    CredentialUse,
+    HeaderApply,
+    Narrowing,
+    Policy,
+    RulesApply,
+)
 from space.credentials.scopes import (
     PLACEHOLDER_PREFIX,
     SandboxRef,
@@ -129,6 +138,28 @@ def test_a_project_narrowing_applies_to_its_project_only() -> None:
     assert other.entries[0].binding.hosts == BASE.hosts
     levels = {limit.key.level for limit in mine.entries[0].limits}
     assert levels == {"org", "project", "sandbox"}
+
+
+def test_a_rules_credential_reaches_only_the_sandboxes_using_it_one_entry_per_use() -> None:
+    secret = credential(id="cred_e2b", name="openai", application=RulesApply(), binding=None)
+    assert view([secret]).entries == ()
+    uses = (
+        CredentialUse("cred_e2b", "api.openai.com", HeaderApply(template="Bearer {value}")),
+        CredentialUse("cred_e2b", "*.example.com", HeaderApply(header="X-Key", template="{value}")),
+    )
+    mine = view([secret], sandbox=replace(SANDBOX, uses=uses))
+    assert [(e.kind, e.binding.hosts, e.application) for e in mine.entries] == [
+        ("rules", ["api.openai.com"], uses[0].application.model_dump()),
+        ("rules", ["*.example.com"], uses[1].application.model_dump()),
+    ]
+    assert all(
+        e.limits == () and e.binding.methods == Binding(hosts=["a.b"]).methods for e in mine.entries
+    )
+    assert placeholder_env(mine) == {}  # the guest gets no variable for it
+    other = replace(SANDBOX, id="sbx_2", uses=(replace(uses[0], credential_id="cred_other"),))
+    assert view([secret], sandbox=other).entries == ()
+    revoked = replace(secret, revoked_at=NOW)
+    assert view([revoked], sandbox=replace(SANDBOX, uses=uses)).excluded == (("openai", "revoked"),)
 
 
 def test_a_project_credential_does_not_reach_another_project() -> None:

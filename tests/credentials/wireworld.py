@@ -26,7 +26,7 @@ import pytest
 import pytest_asyncio
 
 from space.credentials import sigv4
-from space.credentials.model import Binding, Credential, Policy
+from space.credentials.model import Binding, Credential, CredentialUse, Policy
 from space.credentials.scopes import CredentialView, SandboxRef, resolve
 from space.gateway import Gateway
 from space.gateway.ca import server_context
@@ -208,10 +208,13 @@ class World:
     def reveal(self, credential_id: str, version: int) -> str:
         return self.values[(credential_id, version)]
 
-    def give(self, *credentials: Credential) -> CredentialView:
-        """Resolve the guest's view over the one it holds (the next version) and push it."""
+    def give(
+        self, *credentials: Credential, uses: tuple[CredentialUse, ...] = ()
+    ) -> CredentialView:
+        """Resolve the guest's view over the one it holds (the next version) and push it;
+        `uses`: the sandbox's uses of `rules` credentials (E2B's `network.rules`)."""
         held = self.gateway.gate(self.guest.sandbox_id).credentials
-        ref = SandboxRef(self.guest.sandbox_id, ORG, "proj", "base")
+        ref = SandboxRef(self.guest.sandbox_id, ORG, "proj", "base", uses=uses)
         view = resolve(
             ref,
             credentials,
@@ -282,7 +285,7 @@ def w(world: World, request: pytest.FixtureRequest) -> World:
 
 
 def credential(
-    world: World, application: object, binding: Binding, value: str, **kw: object
+    world: World, application: object, binding: Binding | None, value: str, **kw: object
 ) -> Credential:
     now = datetime.now(UTC)
     cid = f"cred_{secrets.token_hex(6)}"

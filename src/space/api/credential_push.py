@@ -3,8 +3,9 @@
 A sandbox's view (`CredentialRepo.view`: versioned, no values) and the values of
 its entries (revealed here, on the control plane) go to the node as one
 `CredentialGrant` (`NodeClient.set_credentials`): when a sandbox has just been
-created, if its org holds any credential, and after every credential change
-(create, rotate, revoke, bind, delete) to every running sandbox of the org. The
+created, if its org holds any credential, after every credential change
+(create, rotate, revoke, bind, delete) to every running sandbox of the org, and
+when a running sandbox's own uses of `rules` credentials are replaced. The
 gateway applies a newer version from the next request and ignores an older one.
 
 A push that fails (node gone, timeout, a value that no longer opens) is logged for
@@ -48,6 +49,10 @@ class CredentialPush:
     async def created(self, row: Sandbox) -> None:
         """A new sandbox runs: hand its gateway its view, if its org has credentials."""
         await self._push(row, only_with_credentials=True)
+
+    async def changed(self, row: Sandbox) -> None:
+        """The sandbox's own inputs to its view changed (its uses): it gets its view."""
+        await self._push(row)
 
     async def org_changed(self, org_name: str) -> None:
         """A credential of the org changed: every running sandbox of it gets its view."""

@@ -22,6 +22,7 @@ from space.config import Settings
 from space.credentials.audit import AuditEvent, AuditFile, AuditFileError
 from space.credentials.crypto import FileKeyProvider, KeyProvider, secret_file
 from space.credentials.guest_env import placeholder_env
+from space.credentials.model import CredentialUse
 from space.credentials.scopes import SandboxRef
 from space.store.credential_audit import AuditRepo
 from space.store.credentials import CredentialRepo
@@ -44,7 +45,8 @@ class CredentialService:
         project = session.get(Project, sandbox.project_id) if sandbox.project_id else None
         name = project.name if project else None
         only = frozenset(sandbox.credentials) if sandbox.credentials is not None else None
-        return SandboxRef(sandbox.id, sandbox.org_id, name, sandbox.template, only)
+        uses = tuple(CredentialUse.from_json(use) for use in sandbox.credential_uses or [])
+        return SandboxRef(sandbox.id, sandbox.org_id, name, sandbox.template, only, uses)
 
     def guest_env(self, sandbox_id: str) -> dict[str, str]:
         """The placeholder variables of the sandbox's current view, less the names

@@ -15,6 +15,8 @@ them in its own error shape:
     422 invalid_network_policy  beyond the org's ceiling, or malformed (`network`)
     422 unknown_credential      `credentials.<i>`: no credential of the org of that
                                 name reaches the sandbox, or it is listed twice
+    422 unknown_secret          a use (`SecretUse.where`) names no `rules` credential
+                                (E2B secret) of the org
     429 quota_exceeded          the org is at its sandbox limit (`api.quotas`)
     502 sandbox_create_failed   the node could not create it (the reason)
     409 conflict                it was deleted while being created
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
+from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -49,12 +52,13 @@ from space.control.errors import NodeUnavailable
 from space.control.expiry import lifetime_until
 from space.control.power import PowerOp
 from space.control.waiter import Lifecycle
+from space.credentials.model import CredentialUse, HeaderApply, RulesApply
 from space.credentials.scopes import SandboxRef
 from space.gateway.policy import PolicyError
 from space.seam.protocol import NodeClient
 from space.store.credentials import CredentialRepo
 from space.store.db import Database
-from space.store.errors import InvalidTransition
+from space.store.errors import InvalidTransition, NotFound
 from space.store.keys import Principal
 from space.store.models import Project, Sandbox
 from space.store.sandboxes import NewSandbox, SandboxRepo
@@ -62,6 +66,23 @@ from space.store.states import DesiredState, SandboxState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def _dumped(value: object) -> object:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+@dataclass(frozen=True)
+class SecretUse:
+    """A sandbox's use of the `rules` credential `name`: `application` on `host`;
+    `where` is the field of the front's body that asked for it (a refusal names it)."""
+
+    where: str
+    name: str
+    host: str
+    application: HeaderApply
 
 
 @dataclass(frozen=True)
@@ -76,14 +97,18 @@ class SandboxRequest:
     metadata: dict[str, str] = field(default_factory=dict)
     network: dict[str, Any] | None = None
     credentials: tuple[str, ...] | None = None  # None: all its scopes reach
+    uses: tuple[SecretUse, ...] = ()  # of `rules` credentials, by name
 
     def digest(self) -> str:
-        """What identifies the request under an idempotency key. `credentials` counts
-        only when given, so a retry that spans the upgrade adding it still matches."""
+        """What identifies the request under an idempotency key. `credentials` and
+        `uses` count only when given, so a retry that spans the upgrade adding them
+        still matches."""
         fields = dataclasses.asdict(self)
         if fields["credentials"] is None:
             del fields["credentials"]
-        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+        if not fields["uses"]:
+            del fields["uses"]
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=_dumped)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -127,7 +152,7 @@ class SandboxService:
             idempotency_key=idempotency_key,
             request_digest=request.digest() if idempotency_key is not None else None,
         )
-        sandbox_id = self._keyed(principal, new) or self._insert(principal, new)
+        sandbox_id = self._keyed(principal, new) or self._insert(principal, new, request.uses)
         await self._lifecycle.ensure_created(sandbox_id)
         row = self.get(principal, sandbox_id)
         if row.state == SandboxState.ERROR.value:
@@ -138,10 +163,13 @@ class SandboxService:
             await self._credentials.created(row)
         return row
 
-    def _insert(self, principal: Principal, new: NewSandbox) -> str:
+    def _insert(self, principal: Principal, new: NewSandbox, uses: tuple[SecretUse, ...]) -> str:
         try:
             with self._db.session() as session:
                 _check_credentials(session, principal, new)
+                new = dataclasses.replace(
+                    new, credential_uses=_credential_uses(session, principal, uses)
+                )
                 admit_sandbox(session, self._settings.quotas, principal)
                 repo = SandboxRepo(session)
                 return repo.create(principal.org_id, principal.project_id, new).id
@@ -232,19 +260,31 @@ class SandboxService:
             return repo.get(row.id)
 
     async def set_network(
-        self, principal: Principal, row: Sandbox, network: dict[str, Any] | None
+        self,
+        principal: Principal,
+        row: Sandbox,
+        network: dict[str, Any] | None,
+        uses: tuple[SecretUse, ...] | None = None,
     ) -> Sandbox:
         """Replace a running sandbox's egress policy (the org's default for None, else
         `network` within the org's ceiling): the node applies it to new and open
-        connections, then the row keeps it."""
+        connections, then the row keeps it. `uses`, if given, replace its uses of
+        `rules` credentials, and its gateway gets the new view."""
         policy = self.resolve_network(principal, network)
         if row.state != SandboxState.RUNNING.value:
             raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
+        found = None
+        if uses is not None:
+            with self._db.session() as session:
+                found = _credential_uses(session, principal, uses)
         await self._node_or_unavailable().set_network_policy(row.id, policy)
         with self._db.session() as session:
             repo = SandboxRepo(session)
-            repo.set_network(row.id, policy)
-            return repo.get(row.id)
+            repo.set_network(row.id, policy, found)
+            row = repo.get(row.id)
+        if found is not None and self._credentials is not None:
+            await self._credentials.changed(row)
+        return row
 
     def _node_or_unavailable(self) -> NodeClient:
         if self._node is None:
@@ -269,6 +309,24 @@ def _check_credentials(session: Session, principal: Principal, new: NewSandbox) 
             continue
         field = f"credentials.{i}"
         raise ApiError(422, "unknown_credential", f"{field}: {name!r} {why}", field)
+
+
+def _credential_uses(
+    session: Session, principal: Principal, uses: tuple[SecretUse, ...]
+) -> tuple[CredentialUse, ...]:
+    """Each use with its credential's id; 422 naming its field unless the name is a
+    `rules` credential of the org."""
+    repo, found = CredentialRepo(session), []
+    for use in uses:
+        try:
+            credential = repo.by_name(principal.org_id, use.name)
+        except NotFound:
+            credential = None
+        if credential is None or not isinstance(credential.application, RulesApply):
+            message = f"{use.where}: no secret named {use.name!r} in this org"
+            raise ApiError(422, "unknown_secret", message, use.where)
+        found.append(CredentialUse(credential.id, use.host, use.application))
+    return tuple(found)
 
 
 def rendered(rows: list[Sandbox], render: Callable[[Sandbox], T]) -> list[T]:

@@ -24,6 +24,8 @@ from pydantic import (
     field_validator,
 )
 
+from space.credentials.model import MAX_VALUE_BYTES
+
 KIB = 1024
 MAX_SECONDS = 2**31 - 1  # fits every integer column and every datetime sum
 MAX_ENV_ENTRIES = 128
@@ -47,6 +49,20 @@ Seconds = Annotated[int, Field(gt=0, le=MAX_SECONDS)]
 Port = Annotated[int, Field(gt=0, lt=65536)]
 #: A credential's name: also the name of its placeholder's variable in the guest.
 CredentialName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+
+
+def _value_size(value: str) -> str:
+    if len(value.encode()) > MAX_VALUE_BYTES:
+        raise ValueError(f"at most {MAX_VALUE_BYTES} bytes")
+    return value
+
+
+#: A credential's value (write-only: stored sealed, never returned).
+CredentialValue = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_VALUE_BYTES, pattern=NO_NUL),
+    AfterValidator(_value_size),
+]
 Word = Annotated[str, StringConstraints(max_length=64 * KIB, pattern=NO_NUL)]
 AbsolutePath = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS, pattern=r"^/[^\x00]*$")

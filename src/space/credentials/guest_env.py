@@ -7,7 +7,8 @@ variable name as it stands; a name that is not (a row written some other way)
 gets no variable. With exactly one `aws_sigv4` credential in the view,
 `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` both hold its placeholder too
 (the guest signs with the placeholder as both, `space.credentials.sigv4`); with
-several, neither is set, since any choice would be a guess.
+several, neither is set, since any choice would be a guess. A `rules` entry (a
+use of an E2B secret) gets no variable: the gateway sets its header itself.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ AWS_NAMES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 def placeholder_env(view: CredentialView) -> dict[str, str]:
     """The variables for `view`'s entries (placeholders only)."""
-    env = {e.name: e.placeholder for e in view.entries if ENV_NAME.fullmatch(e.name)}
+    env = {
+        e.name: e.placeholder
+        for e in view.entries
+        if e.kind != "rules" and ENV_NAME.fullmatch(e.name)
+    }
     signing = [e for e in view.entries if e.kind == "aws_sigv4"]
     if len(signing) == 1:
         env.update(dict.fromkeys(AWS_NAMES, signing[0].placeholder))

@@ -5,14 +5,19 @@ Every field is bounded and validated here, so a bad binding is refused by name
 wherever it comes from (the API, a test, the gateway later). Host patterns are
 exact names (`api.github.com`) or one leading wildcard (`*.example.com`: any
 name below `example.com`, at any depth, not the apex itself).
+
+A `rules` credential (`RulesApply`, what E2B's `/secrets` makes) has no binding
+and no application of its own: it reaches only the sandboxes whose create names
+it, each `CredentialUse` a header it is set in on one host.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter
 
@@ -21,7 +26,7 @@ Scope = Literal["org", "project", "template", "sandbox"]
 SCOPES: tuple[Scope, ...] = ("org", "project", "template", "sandbox")
 Method = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 METHODS: tuple[Method, ...] = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-Kind = Literal["header", "basic", "placeholder", "oauth2_client_credentials", "aws_sigv4"]
+Kind = Literal["header", "basic", "placeholder", "oauth2_client_credentials", "aws_sigv4", "rules"]
 
 MAX_HOSTS = 64
 MAX_PATHS = 64
@@ -165,14 +170,24 @@ class SigV4Apply(Strict):
     )
 
 
+class RulesApply(Strict):
+    """None of its own: each sandbox whose create uses it says how, on which host
+    (`CredentialUse`)."""
+
+    kind: Literal["rules"] = "rules"
+
+
+#: What `/v1/credentials` takes (a `rules` credential is made by E2B's `/secrets`).
 Application = Annotated[
     HeaderApply | BasicApply | PlaceholderApply | OAuth2Apply | SigV4Apply,
     Field(discriminator="kind"),
 ]
 
 
-AnyApplication = HeaderApply | BasicApply | PlaceholderApply | OAuth2Apply | SigV4Apply
-_APPLICATIONS: TypeAdapter[AnyApplication] = TypeAdapter(Application)
+AnyApplication = HeaderApply | BasicApply | PlaceholderApply | OAuth2Apply | SigV4Apply | RulesApply
+_APPLICATIONS: TypeAdapter[AnyApplication] = TypeAdapter(
+    Annotated[AnyApplication, Field(discriminator="kind")]
+)
 
 
 def application_of(data: object) -> AnyApplication:
@@ -197,7 +212,7 @@ class Credential:
     scope: Scope
     target: str | None  # the project id, template name or sandbox id; None for org
     application: AnyApplication
-    binding: Binding
+    binding: Binding | None  # None for a `rules` credential: each use binds it
     policy: Policy
     version: int
     fingerprint: str
@@ -205,6 +220,8 @@ class Credential:
     revoked_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    #: The owner's labels (E2B's secret metadata).
+    metadata: Mapping[str, str] = field(default_factory=dict)
 
     def usable(self, now: datetime) -> bool:
         """Neither revoked nor expired at `now`."""
@@ -221,3 +238,25 @@ class Narrowing:
     scope: Scope
     target: str
     binding: Binding
+
+
+@dataclass(frozen=True)
+class CredentialUse:
+    """One sandbox's use of a `rules` credential: `application` on `host` alone."""
+
+    credential_id: str
+    host: str
+    application: HeaderApply
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "credential_id": self.credential_id,
+            "host": self.host,
+            "application": self.application.model_dump(mode="json"),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CredentialUse:
+        return cls(
+            data["credential_id"], data["host"], HeaderApply.model_validate(data["application"])
+        )

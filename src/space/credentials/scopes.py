@@ -13,6 +13,10 @@ stable and unguessable), and a version that moves only when what the view holds
 changes (a rotation, revocation, expiry or binding change that reaches it).
 A sandbox created with `{"credentials": [...]}` (`SandboxRef.only`) gets only the
 credentials of those names: a narrowing that removes, never adds.
+
+A `rules` credential reaches only a sandbox whose `SandboxRef.uses` name it, as
+one entry per use (the use's header, bound to the use's host alone, kind
+`rules`); it has no binding to narrow and no rate limit.
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ from space.credentials.model import (
     SCOPES,
     Binding,
     Credential,
+    CredentialUse,
     Narrowing,
     Policy,
     RateLimit,
+    RulesApply,
     Scope,
 )
 from space.credentials.ratelimit import BucketKey, Level
@@ -57,6 +63,8 @@ class SandboxRef:
     template: str
     #: The credential names the sandbox's create asked for; None: all its scopes reach.
     only: frozenset[str] | None = None
+    #: Its create's uses of `rules` credentials (E2B's `network.rules`).
+    uses: tuple[CredentialUse, ...] = ()
 
 
 def host_within(narrow: str, wide: str) -> bool:
@@ -227,6 +235,7 @@ def _chain(
 ) -> tuple[Binding, list[tuple[Level, str, Binding]]]:
     """The effective binding, and the binding each rate-limit level counts against."""
     effective = credential.binding
+    assert effective is not None, "a rules credential has no chain"
     levels: list[tuple[Level, str, Binding]] = [("org", sandbox.org_id, effective)]
     own = [n for n in narrowings if n.credential_id == credential.id]
     for scope in SCOPES[SCOPES.index(credential.scope) + 1 :]:
@@ -261,6 +270,29 @@ def _entry(
     )
 
 
+def _use_entry(credential: Credential, use: CredentialUse, ph: str) -> ViewEntry:
+    return ViewEntry(
+        credential_id=credential.id,
+        name=credential.name,
+        kind=credential.application.kind,
+        application=use.application.model_dump(mode="json"),
+        binding=Binding(hosts=[use.host]),
+        policy=credential.policy,
+        value_version=credential.version,
+        placeholder=ph,
+        expires_at=credential.expires_at,
+        limits=(),
+    )
+
+
+def _reaches(credential: Credential, sandbox: SandboxRef) -> bool:
+    if credential.org_id != sandbox.org_id:
+        return False
+    if isinstance(credential.application, RulesApply):
+        return any(use.credential_id == credential.id for use in sandbox.uses)
+    return reaches(credential.scope, credential.target, sandbox)
+
+
 def resolve(
     sandbox: SandboxRef,
     credentials: Sequence[Credential],
@@ -274,9 +306,7 @@ def resolve(
     entries: list[ViewEntry] = []
     excluded: list[tuple[str, str]] = []
     for credential in sorted(credentials, key=lambda c: c.id):
-        if credential.org_id != sandbox.org_id or not reaches(
-            credential.scope, credential.target, sandbox
-        ):
+        if not _reaches(credential, sandbox):
             continue
         if sandbox.only is not None and credential.name not in sandbox.only:
             excluded.append((credential.name, NOT_ASKED_FOR))
@@ -287,12 +317,16 @@ def resolve(
         if not credential.usable(now):
             excluded.append((credential.name, "expired"))
             continue
+        ph = placeholder(placeholder_secret, sandbox.id, credential.id)
+        if isinstance(credential.application, RulesApply):
+            mine = [use for use in sandbox.uses if use.credential_id == credential.id]
+            entries.extend(_use_entry(credential, use, ph) for use in mine)
+            continue
         try:
             binding, levels = _chain(credential, narrowings, sandbox)
         except WideningError as exc:  # fail closed: such a chain grants nothing
             excluded.append((credential.name, f"bindings conflict at {exc.field}"))
             continue
-        ph = placeholder(placeholder_secret, sandbox.id, credential.id)
         entries.append(_entry(credential, binding, levels, ph))
     body = json.dumps([e.canonical() for e in entries], sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(body.encode()).hexdigest()

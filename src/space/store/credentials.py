@@ -4,12 +4,14 @@ each sandbox's view stamp.
 A value goes in sealed (`space.credentials.crypto`) and comes out only through
 `reveal`, for a version that is current or still in its rotation grace period;
 every other method returns `space.credentials.model.Credential`, which has no
-value. Another org's credential is `NotFound`, as if it did not exist.
+value. Another org's credential is `NotFound`, as if it did not exist. A `rules`
+credential has no binding to replace or narrow (`bind` refuses it).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, select, update
@@ -23,6 +25,7 @@ from space.credentials.model import (
     Credential,
     Narrowing,
     Policy,
+    RulesApply,
     Scope,
     application_of,
     scope_of,
@@ -76,7 +79,7 @@ class CredentialRepo:
         return {
             c.name
             for c in self.list_credentials(sandbox.org_id)
-            if reaches(c.scope, c.target, sandbox)
+            if not isinstance(c.application, RulesApply) and reaches(c.scope, c.target, sandbox)
         }
 
     def create(
@@ -87,12 +90,13 @@ class CredentialRepo:
         scope: Scope,
         target: str | None,
         application: AnyApplication,
-        binding: Binding,
+        binding: Binding | None,
         policy: Policy,
         expires_at: datetime | None,
         value: str,
         created_by: str,
         keys: crypto.KeyProvider,
+        metadata: Mapping[str, str] | None = None,
     ) -> Credential:
         if self.session.scalar(
             select(CredentialRow.id).where(
@@ -109,8 +113,9 @@ class CredentialRepo:
             target=target,
             kind=application.kind,
             application=application.model_dump(mode="json"),
-            binding=binding.model_dump(mode="json"),
+            binding=binding.model_dump(mode="json") if binding is not None else None,
             policy=policy.model_dump(mode="json"),
+            meta=dict(metadata) if metadata else None,
             version=1,
             created_by=created_by,
             created_at=now,
@@ -146,6 +151,14 @@ class CredentialRepo:
     def get(self, credential_id: str, org_id: str | None = None) -> Credential:
         return self._domain(self._row(credential_id, org_id))
 
+    def by_name(self, org_id: str, name: str) -> Credential:
+        row = self.session.scalar(
+            select(CredentialRow).where(CredentialRow.org_id == org_id, CredentialRow.name == name)
+        )
+        if row is None:
+            raise NotFound("credential", name)
+        return self._domain(row)
+
     def list_credentials(self, org_id: str | None = None) -> list[Credential]:
         query = select(CredentialRow).order_by(CredentialRow.created_at, CredentialRow.id)
         if org_id is not None:
@@ -160,10 +173,14 @@ class CredentialRepo:
         value: str,
         grace: timedelta,
         keys: crypto.KeyProvider,
+        metadata: Mapping[str, str] | None = None,
     ) -> Credential:
-        """A new current value; the old one stays revealable for `grace`."""
+        """A new current value; the old one stays revealable for `grace`. `metadata`,
+        if given, replaces the stored one."""
         row = self._row(credential_id, org_id)
         now = utcnow()
+        if metadata is not None:
+            row.meta = dict(metadata) or None
         old = self.session.get_one(CredentialVersion, (row.id, row.version))
         old.usable_until = now + grace
         row.version += 1
@@ -211,6 +228,8 @@ class CredentialRepo:
         which must fit the credential's binding (`WideningError` names the field)."""
         row = self._row(credential_id, org_id)
         now = utcnow()
+        if row.binding is None:
+            raise ValueError("binding: a rules credential is bound by each sandbox's use of it")
         if scope == row.scope:
             if binding is None:
                 raise ValueError("binding: the credential's own binding cannot be removed")
@@ -311,7 +330,7 @@ class CredentialRepo:
             scope=scope_of(row.scope),
             target=row.target,
             application=application_of(row.application),
-            binding=Binding.model_validate(row.binding),
+            binding=Binding.model_validate(row.binding) if row.binding is not None else None,
             policy=Policy.model_validate(row.policy),
             version=row.version,
             fingerprint=current.fingerprint,
@@ -319,4 +338,5 @@ class CredentialRepo:
             revoked_at=row.revoked_at,
             created_at=row.created_at,
             updated_at=row.updated_at,
+            metadata=dict(row.meta or {}),
         )

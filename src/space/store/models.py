@@ -97,6 +97,8 @@ class Sandbox(Base):
     network: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     #: The credential names its create asked for (its view holds no others); None: all.
     credentials: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    #: Its create's uses of `rules` credentials (`CredentialUse.to_json`); None: none.
+    credential_uses: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     timeout_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
     idle_timeout_seconds: Mapped[int] = mapped_column(Integer)
     on_timeout: Mapped[str] = mapped_column(String(16), default="kill")
@@ -160,8 +162,10 @@ class Credential(Base):
     target: Mapped[str | None] = mapped_column(String(128), nullable=True)
     kind: Mapped[str] = mapped_column(String(32))
     application: Mapped[dict[str, Any]] = mapped_column(JSON)
-    binding: Mapped[dict[str, Any]] = mapped_column(JSON)
+    #: None for a `rules` credential (each sandbox's use binds it).
+    binding: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     policy: Mapped[dict[str, Any]] = mapped_column(JSON)
+    meta: Mapped[dict[str, str] | None] = mapped_column("metadata", JSON, nullable=True)
     version: Mapped[int] = mapped_column(Integer)
     created_by: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

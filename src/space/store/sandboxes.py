@@ -15,6 +15,7 @@ from sqlalchemy import Select, func, select, update
 from sqlalchemy.orm import Session
 
 from space import faults
+from space.credentials.model import CredentialUse
 from space.store.errors import NoLongerDue, NotFound, StaleGeneration
 from space.store.keys import new_id
 from space.store.models import Sandbox, utcnow
@@ -33,6 +34,7 @@ class NewSandbox:
     metadata: dict[str, str] = field(default_factory=dict)
     network: dict[str, Any] | None = None
     credentials: tuple[str, ...] | None = None  # the only credentials its view may hold
+    credential_uses: tuple[CredentialUse, ...] = ()  # of `rules` credentials
     on_timeout: str = "kill"
     idempotency_key: str | None = None  # the caller's, unique in the org
     request_digest: str | None = None  # of what was asked under that key
@@ -82,6 +84,7 @@ class SandboxRepo:
             meta=dict(new.metadata),
             network=new.network,
             credentials=list(new.credentials) if new.credentials is not None else None,
+            credential_uses=[use.to_json() for use in new.credential_uses] or None,
             timeout_seconds=new.timeout_seconds,
             idle_timeout_seconds=new.idle_timeout_seconds,
             on_timeout=new.on_timeout,
@@ -235,10 +238,18 @@ class SandboxRepo:
         with faults.operation("timeout", sandbox_id):
             faults.point("before_commit")
 
-    def set_network(self, sandbox_id: str, network: dict[str, Any] | None) -> None:
-        """Replace the egress policy the sandbox is (re)created with. Not a state
-        mutation: no generation bump."""
-        self._set(sandbox_id, network=network, updated_at=utcnow())
+    def set_network(
+        self,
+        sandbox_id: str,
+        network: dict[str, Any] | None,
+        uses: tuple[CredentialUse, ...] | None = None,
+    ) -> None:
+        """Replace the egress policy the sandbox is (re)created with, and (unless None)
+        its uses of `rules` credentials. Not a state mutation: no generation bump."""
+        values: dict[str, Any] = {"network": network, "updated_at": utcnow()}
+        if uses is not None:
+            values["credential_uses"] = [use.to_json() for use in uses] or None
+        self._set(sandbox_id, **values)
 
     def _set(self, sandbox_id: str, **values: Any) -> None:
         self.session.execute(

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from space.api.e2b import files_service, filesystem_service, process_service, rest, rest_v2
+from space.api.e2b import (
+    files_service,
+    filesystem_service,
+    process_service,
+    rest,
+    rest_v2,
+    secrets,
+)
 from space.api.e2b.config import ENVD_VERSION, E2bConfig
 from space.api.e2b.front import E2bFront
 
@@ -20,5 +27,5 @@ __all__ = ["ENVD_VERSION", "E2bConfig", "E2bFront", "install"]
 def install(app: FastAPI, front: E2bFront) -> None:
     """Serve the E2B routes from `app`; `front.aclose()` belongs in its lifespan."""
     app.state.e2b = front
-    for module in (rest_v2, rest, process_service, filesystem_service, files_service):
+    for module in (rest_v2, rest, secrets, process_service, filesystem_service, files_service):
         app.include_router(module.router)

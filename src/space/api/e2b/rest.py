@@ -34,6 +34,7 @@ from space.api.e2b.rest_models import (
     listed_json,
     sandbox_json,
 )
+from space.api.e2b.rules import secret_uses
 from space.api.errors import out_of_bounds
 from space.api.sandbox_service import SandboxRequest, rendered
 from space.api.state import AppState
@@ -110,6 +111,7 @@ async def create_sandbox(
         | (PRIVATE if body.private else {})
         | ingress_names.https_marked(body.https_ports),
         network=body.network_policy(),
+        uses=secret_uses(body.network.rules if body.network else None),
     )
     created = await state.sandboxes.create(principal, request, idempotency_key)
     row = visible(state, principal, created.id)

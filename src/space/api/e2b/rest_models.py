@@ -49,13 +49,11 @@ class EgressIn(_Body):
     rules: dict[str, Any] | None = None
 
     def unsupported(self) -> str | None:
-        """Why SPACE cannot apply these options, or None."""
+        """Why SPACE cannot apply these options, or None (`rules`: see `e2b.rules`)."""
         if self.dns_servers:
             return "network.dnsServers: SPACE resolves names in its egress gateway, not set"
         if self.egress_proxy:
             return "network.egressProxy: egress through a proxy is not supported by SPACE"
-        if self.rules:
-            return "network.rules (per-host header transforms) are not supported by SPACE"
         return None
 
 

@@ -5,9 +5,12 @@ concepts SPACE does not have, each refused in E2B's error shape with the reason.
     POST /v2/sandboxes                  create (as `POST /sandboxes`), lifecycle and
                                         network options SPACE lacks are a 400
     POST /v2/sandboxes/{id}/connect     connect; `memory: false` (reboot) is a 400
-    PUT  /sandboxes/{id}/network        the egress policy replaced, open connections too
+    PUT  /sandboxes/{id}/network        the egress policy and `network.rules` replaced,
+                                        open connections too
     GET  /templates/aliases/{alias}     the node's templates, by name
-    logs, fork, snapshots, template builds and tags, volumes, secrets   501
+    logs, fork, snapshots, template builds and tags, volumes   501
+
+`/secrets` is `secrets`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.front import FrontDep
 from space.api.e2b.rest import PrincipalDep, connect_sandbox, create_sandbox, visible
 from space.api.e2b.rest_models import ConnectV2In, NetworkUpdateIn, NewSandboxV2In
+from space.api.e2b.rules import secret_uses
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False)
 
@@ -40,8 +44,6 @@ NOT_SUPPORTED: list[tuple[str, str, str]] = [
     ("DELETE", "/templates/tags", "template tags"),
     ("GET", "/volumes", "volumes"),
     ("POST", "/volumes", "volumes"),
-    ("GET", "/secrets", "secrets"),
-    ("POST", "/secrets", "secrets"),
 ]
 
 
@@ -75,12 +77,14 @@ async def update_network(
     sandbox_id: str, body: NetworkUpdateIn, principal: PrincipalDep, state: StateDep
 ) -> Response:
     """The whole egress configuration replaced (E2B's semantics: what the body leaves
-    out is cleared, so an empty body means the org's default policy)."""
+    out is cleared, so an empty body means the org's default policy, and no `rules`
+    means the sandbox uses no E2B secret any more)."""
     problem = body.unsupported()
     if problem is not None:
         raise E2bError(400, problem)
     row = visible(state, principal, sandbox_id)
-    await state.sandboxes.set_network(principal, row, body.network_policy())
+    uses = secret_uses(body.rules)
+    await state.sandboxes.set_network(principal, row, body.network_policy(), uses)
     return Response(status_code=204)
 
 

@@ -28,10 +28,9 @@ from space.api.credential_push import CredentialPush
 from space.api.credential_service import CredentialService
 from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep
 from space.api.errors import ApiError, out_of_bounds
-from space.api.schemas import CredentialName
+from space.api.schemas import CredentialName, CredentialValue
 from space.credentials.audit import AuditEvent, AuditRecord
 from space.credentials.model import (
-    MAX_VALUE_BYTES,
     Application,
     Binding,
     Credential,
@@ -53,17 +52,6 @@ MAX_GRACE = 365 * 86400
 MAX_AUDIT = 1000
 
 
-def _value_size(value: str) -> str:
-    if len(value.encode()) > MAX_VALUE_BYTES:
-        raise ValueError(f"at most {MAX_VALUE_BYTES} bytes")
-    return value
-
-
-Value = Annotated[
-    str,
-    StringConstraints(min_length=1, max_length=MAX_VALUE_BYTES, pattern=r"^[^\x00]*$"),
-    AfterValidator(_value_size),
-]
 Target = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
 
 
@@ -92,12 +80,12 @@ class CreateCredential(Strict):
     application: Application
     binding: Binding
     policy: Policy = Field(default_factory=Policy)
-    value: Value = Field(description="the secret: stored sealed, never returned")
+    value: CredentialValue = Field(description="the secret: stored sealed, never returned")
     expires_in: int | None = Field(default=None, gt=0, le=MAX_EXPIRES_IN)
 
 
 class RotateCredential(Strict):
-    value: Value
+    value: CredentialValue
     grace: int = Field(
         default=0, ge=0, le=MAX_GRACE, description="seconds the old value stays usable"
     )
@@ -123,7 +111,7 @@ class CredentialOut(BaseModel):
     target: str | None
     kind: str
     application: dict[str, Any]
-    binding: Binding
+    binding: Binding | None = Field(description="null for a `rules` credential (E2B's secrets)")
     narrowings: list[NarrowingOut]
     policy: Policy
     version: int
