@@ -123,7 +123,7 @@ def _show(credentials: list[dict[str, Any]], as_json: bool) -> None:
             c["name"],
             c["scope"] + (f":{c['target']}" if c["target"] else ""),
             c["kind"],
-            ",".join(c["binding"]["hosts"]),
+            ",".join(c["binding"]["hosts"]) if c["binding"] else "(per sandbox)",
             c["version"],
             c["fingerprint"],
             c["status"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 
 from space.sdk import (
@@ -100,3 +101,16 @@ async def test_the_async_client(conn: dict[str, Any]) -> None:
             assert [c["name"] for c in view["credentials"]] == ["NPM_TOKEN"]
         assert (await store.revoke(made.id)).status == "revoked"
         assert [e.decision for e in await store.audit(limit=2)] == ["revoked", "rotated"]
+
+
+def test_an_e2b_secret_lists_without_a_binding(conn: dict[str, Any]) -> None:
+    made = httpx.post(
+        f"{conn['api_url']}/secrets",
+        json={"name": "openai", "value": VALUE},
+        headers={"X-API-KEY": conn["api_key"]},
+    )
+    assert made.status_code == 201, made.text
+    with Credentials(**conn) as store:
+        [secret] = store.list()
+    assert (secret.name, secret.kind, secret.binding) == ("openai", "rules", None)
+    assert VALUE not in repr(secret)

@@ -38,7 +38,7 @@ class CredentialInfo:
     target: str | None
     kind: str
     application: dict[str, Any]
-    binding: dict[str, Any]
+    binding: dict[str, Any] | None  # None: an E2B secret (`rules`), bound per sandbox use
     version: int
     fingerprint: str
     status: str
@@ -55,7 +55,7 @@ class CredentialInfo:
             target=body.get("target"),
             kind=body["kind"],
             application=dict(body["application"]),
-            binding=dict(body["binding"]),
+            binding=dict(body["binding"]) if body.get("binding") is not None else None,
             version=int(body["version"]),
             fingerprint=body["fingerprint"],
             status=body["status"],
