@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from e2b import Sandbox, SandboxQuery, Template
+from e2b import AsyncSandbox, Sandbox, SandboxQuery, Template
 from e2b.exceptions import SandboxException
 
 from space.store.db import Database
@@ -41,6 +41,17 @@ def test_network_update_on_a_running_sandbox(fake_node: FakeNode, db: Database) 
     sandbox.pause()
     with pytest.raises(SandboxException, match="409.*not running"):
         sandbox.update_network({"allow_out": ["pypi.org"]})
+
+
+async def test_async_network_update_on_a_running_sandbox(fake_node: FakeNode, db: Database) -> None:
+    sandbox = await AsyncSandbox.create(network={"allow_out": ["pypi.org"]})
+    await sandbox.update_network({"allow_out": ["*.pythonhosted.org"]})
+    wanted = {"mode": "allowlist", "allow": ["*.pythonhosted.org"], "deny": []}
+    assert fake_node.policies[sandbox.sandbox_id] == wanted
+    assert _stored(db, sandbox.sandbox_id) == wanted
+    await sandbox.update_network({"allow_internet_access": False})
+    assert fake_node.policies[sandbox.sandbox_id] == {"mode": "none", "allow": [], "deny": []}
+    await sandbox.kill()
 
 
 def test_list_by_start_time_template_and_order() -> None:
