@@ -14,6 +14,8 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
+from space.api.credential_push import CredentialPush
+from space.api.credential_service import CredentialService
 from space.api.errors import ApiError
 from space.api.state import AppState
 from space.control.wake import wake
@@ -31,6 +33,18 @@ def _state(request: Request) -> AppState:
 
 
 StateDep = Annotated[AppState, Depends(_state)]
+
+
+def credential_service(request: Request) -> CredentialService:
+    """The app's credential service (`/v1/credentials` and E2B's `/secrets`)."""
+    service: CredentialService = request.app.state.credentials
+    return service
+
+
+def credential_push(request: Request) -> CredentialPush:
+    """What hands changed views to the running sandboxes' gateways."""
+    push: CredentialPush = request.app.state.credential_push
+    return push
 
 
 def _session(state: StateDep) -> Iterator[Session]:

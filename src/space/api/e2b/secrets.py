@@ -26,9 +26,7 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy.orm import Session
 
-from space.api.credential_push import CredentialPush
-from space.api.credential_service import CredentialService
-from space.api.deps import StateDep
+from space.api.deps import StateDep, credential_push, credential_service
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.rest import PrincipalDep
 from space.api.schemas import CredentialValue
@@ -109,15 +107,9 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
-def _service(request: Request) -> CredentialService:
-    service: CredentialService = request.app.state.credentials
-    return service
-
-
 async def _pushed(request: Request, principal: Principal) -> None:
     """After a change: the org's running sandboxes get their new views."""
-    push: CredentialPush = request.app.state.credential_push
-    await push.org_changed(principal.org_name)
+    await credential_push(request).org_changed(principal.org_name)
 
 
 def find(repo: CredentialRepo, org_id: str, secret: str) -> Credential:
@@ -157,14 +149,14 @@ def _commit(
         credential = change(CredentialRepo(session))
         return secret_json(credential), _event(principal, credential, decision)
 
-    return _service(request).commit(run)
+    return credential_service(request).commit(run)
 
 
 @router.post("/secrets", status_code=201)
 async def create_secret(
     body: NewSecretIn, principal: PrincipalDep, state: StateDep, request: Request
 ) -> JSONResponse:
-    service = _service(request)
+    service = credential_service(request)
 
     def create(repo: CredentialRepo) -> Credential:
         limit = state.settings.credentials.max_per_org
@@ -226,7 +218,7 @@ async def update_secret(
     secret: str, body: SecretUpdateIn, principal: PrincipalDep, request: Request
 ) -> JSONResponse:
     """A new current version; the previous one is unusable at once (no grace)."""
-    service = _service(request)
+    service = credential_service(request)
 
     def rotate(repo: CredentialRepo) -> Credential:
         found = find(repo, principal.org_id, secret)

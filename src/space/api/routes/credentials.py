@@ -24,9 +24,15 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from space.api.credential_push import CredentialPush
 from space.api.credential_service import CredentialService
-from space.api.deps import PrincipalDep, SandboxDep, SessionDep, StateDep
+from space.api.deps import (
+    PrincipalDep,
+    SandboxDep,
+    SessionDep,
+    StateDep,
+    credential_push,
+    credential_service,
+)
 from space.api.errors import ApiError, out_of_bounds
 from space.api.schemas import CredentialName, CredentialValue
 from space.credentials.audit import AuditEvent, AuditRecord
@@ -170,15 +176,9 @@ class SandboxCredentials(BaseModel):
     excluded: list[ExcludedOut]
 
 
-def _service(request: Request) -> CredentialService:
-    service: CredentialService = request.app.state.credentials
-    return service
-
-
 async def _pushed(request: Request, out: CredentialOut) -> CredentialOut:
     """After a change: the org's running sandboxes get their new views."""
-    push: CredentialPush = request.app.state.credential_push
-    await push.org_changed(out.org)
+    await credential_push(request).org_changed(out.org)
     return out
 
 
@@ -269,7 +269,7 @@ def _changed(
 async def create_credential(
     body: CreateCredential, principal: PrincipalDep, state: StateDep, request: Request
 ) -> CredentialOut:
-    service = _service(request)
+    service = credential_service(request)
     org_name = body.org or principal.org_name
     if org_name != principal.org_name and not principal.is_admin:
         raise ApiError(403, "forbidden", "an org's key creates credentials of its org only", "org")
@@ -361,7 +361,7 @@ async def rotate_credential(
     """A new version; the old one stays usable for `grace` seconds (at most
     `SPACE_CREDENTIALS_MAX_GRACE`)."""
     out_of_bounds("grace", body.grace, state.settings.credentials.max_grace)
-    service = _service(request)
+    service = credential_service(request)
 
     def rotate(repo: CredentialRepo, org_id: str | None) -> Credential:
         if repo.get(credential_id, org_id).revoked_at is not None:
@@ -383,7 +383,7 @@ async def revoke_credential(
 ) -> CredentialOut:
     """Every version stops at once (idempotent)."""
     revoked = _changed(
-        _service(request),
+        credential_service(request),
         principal,
         "revoked",
         lambda repo, org_id: repo.revoke(credential_id, org_id),
@@ -413,7 +413,7 @@ async def bind_credential(
         except ValueError as exc:
             raise ApiError(422, "validation_error", str(exc), "binding") from exc
 
-    return await _pushed(request, _changed(_service(request), principal, "bound", bind))
+    return await _pushed(request, _changed(credential_service(request), principal, "bound", bind))
 
 
 @router.delete("/v1/credentials/{credential_id}", status_code=204)
@@ -427,7 +427,7 @@ async def delete_credential(
         repo.delete(credential_id, _scope(principal))
         return out, _event(principal, credential, "deleted")
 
-    await _pushed(request, _service(request).commit(run))
+    await _pushed(request, credential_service(request).commit(run))
     return Response(status_code=204)
 
 
@@ -436,7 +436,7 @@ async def sandbox_credentials(
     sandbox: SandboxDep, state: StateDep, request: Request
 ) -> SandboxCredentials:
     """The sandbox's current view: what its gateway will apply, never a value."""
-    service = _service(request)
+    service = credential_service(request)
     with state.db.session() as session:
         ref = service.sandbox_ref(session, sandbox)
         view = CredentialRepo(session).view(ref, service.placeholder_secret, utcnow())
