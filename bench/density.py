@@ -2,9 +2,12 @@
 
     sudo SPACE_ACCEL=tcg .venv/bin/python -m bench.density [--sandboxes 20] [--cycles 10]
 
-Starts N idle sandboxes from the base snapshot, reads each VMM's RSS and PSS
-(/proc/PID/smaps_rollup), and extrapolates against MemAvailable measured before
-they started. Then times suspend and restore of one 256 MiB sandbox.
+Starts N idle sandboxes from the base snapshot (a few at a time), lets them settle,
+then has every one answer an exec while all N run. Prints each VMM's RSS and PSS
+(/proc/PID/smaps_rollup), the host memory they took (MemAvailable before and after)
+and what is left, and the exec round trip under that load next to one taken with
+a single sandbox running (its floor). Then times suspend and restore of one 256 MiB
+sandbox.
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ import argparse
 import asyncio
 import statistics
 import time
+from collections.abc import Awaitable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from bench.nodes import bench_node
 from bench.stats import emit, summary, value
 from space.node.local import LocalNode
 from space.seam.values import ExecRequest, SandboxSpec
+
+T = TypeVar("T")
 
 
 def mem_available_kib() -> int:
@@ -36,26 +43,65 @@ def rss_pss_kib(pid: int) -> tuple[int, int]:
     return fields["Rss"], fields["Pss"]
 
 
+CREATING_AT_ONCE = 4
+EXECS_AT_ONCE = 8
+
+
 async def main(count: int, cycles: int) -> None:
     async with bench_node() as node:
         await node.create_sandbox(SandboxSpec(sandbox_id="warmup"))  # builds the base snapshot
+        alone = await _execs(node, ["warmup"] * 10)
         await node.destroy_sandbox("warmup")
         available = mem_available_kib()
         ids = [f"d{i}" for i in range(count)]
-        await asyncio.gather(*(node.create_sandbox(SandboxSpec(sandbox_id=i)) for i in ids))
-        await asyncio.sleep(5)  # let them settle into idle
-        usage = [rss_pss_kib(node.sandbox(i).vm.pid) for i in ids]  # type: ignore[union-attr]
-        rss = statistics.fmean(u[0] for u in usage) / 1024
-        pss = statistics.fmean(u[1] for u in usage) / 1024
-        used = (available - mem_available_kib()) / 1024 / count
-        value("idle sandboxes measured", count, "sandboxes")
-        value("VMM RSS per sandbox", rss, "MiB")
-        value("VMM PSS per sandbox", pss, "MiB")
-        value("host memory used per sandbox", used, "MiB", "MemAvailable delta")
-        value("fit in MemAvailable", available // 1024 // max(int(used), 1), "sandboxes")
-        for sandbox_id in ids[1:]:
-            await node.destroy_sandbox(sandbox_id)
+        try:
+            await _bounded(CREATING_AT_ONCE, (_create(node, i) for i in ids))
+            await asyncio.sleep(5)  # let them settle into idle
+            loaded = await _execs(node, ids)
+            _memory(node, ids, available)
+            value("sandboxes answering an exec, all running", len(loaded), "sandboxes")
+            emit(summary("exec `true`, one sandbox running (floor)", alone))
+            emit(summary(f"exec `true`, {count} sandboxes running", loaded))
+        finally:
+            await _bounded(CREATING_AT_ONCE, (node.destroy_sandbox(i) for i in ids[1:]))
         await _suspend_restore(node, ids[0], cycles)
+
+
+async def _create(node: LocalNode, sandbox_id: str) -> None:
+    await node.create_sandbox(SandboxSpec(sandbox_id=sandbox_id))
+
+
+async def _execs(node: LocalNode, ids: list[str]) -> list[float]:
+    async def one(sandbox_id: str) -> float:
+        started = time.perf_counter()
+        result = await node.exec(sandbox_id, ExecRequest(args=("true",)))
+        if result.exit_code != 0:
+            raise RuntimeError(f"exec in {sandbox_id} exited {result.exit_code}")
+        return time.perf_counter() - started
+
+    return await _bounded(EXECS_AT_ONCE, (one(i) for i in ids))
+
+
+async def _bounded(limit: int, calls: Iterable[Awaitable[T]]) -> list[T]:
+    gate = asyncio.Semaphore(limit)
+
+    async def run(call: Awaitable[T]) -> T:
+        async with gate:
+            return await call
+
+    return await asyncio.gather(*(run(call) for call in calls))
+
+
+def _memory(node: LocalNode, ids: list[str], available: int) -> None:
+    usage = [rss_pss_kib(node.sandbox(i).vm.pid) for i in ids]  # type: ignore[union-attr]
+    left = mem_available_kib()
+    used = (available - left) / 1024 / len(ids)
+    value("idle sandboxes measured", len(ids), "sandboxes")
+    value("VMM RSS per sandbox", statistics.fmean(u[0] for u in usage) / 1024, "MiB")
+    value("VMM PSS per sandbox", statistics.fmean(u[1] for u in usage) / 1024, "MiB")
+    value("host memory used per sandbox", used, "MiB", "MemAvailable delta")
+    value("host memory left (MemAvailable)", left / 1024 / 1024, "GiB")
+    value("fit in MemAvailable", available // 1024 // max(int(used), 1), "sandboxes")
 
 
 async def _suspend_restore(node: LocalNode, sandbox_id: str, cycles: int) -> None:

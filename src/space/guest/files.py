@@ -1,12 +1,17 @@
-"""File operations: streamed read and write, stat, list, mkdir, move, remove.
+"""File operations: streamed read and write, stat, list, mkdir, move, remove, put.
 
 Reads and writes go in DATA_CHUNK pieces through the channel's flow control,
 so no file is ever held in memory whole. Writes land in a temporary file in
-the target directory, are fsynced, then renamed over the target.
+the target directory, are fsynced, then renamed over the target. `put_file`
+(generation 2) is the one-message form for small files the host itself writes
+(the gateway CA, its bundle entry): replaced or appended to, not fsynced (a
+snapshot keeps the page cache with the disk).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import errno
 import os
 import shutil
@@ -20,6 +25,7 @@ from space.guest.protocol import DATA_CHUNK, ErrorCode, FrameType
 
 _LIST_BATCH = 256
 _MAX_DEPTH = 64
+MAX_PUT_BYTES = 256 << 10
 
 
 def _kind(mode: int) -> str:
@@ -245,10 +251,48 @@ async def remove(channel: Channel, body: Body) -> Body:
     return {}
 
 
+async def put_file(channel: Channel, body: Body) -> Body:
+    """`data` (base64, at most MAX_PUT_BYTES) into `path`: replaced atomically, or
+    appended to with `append`; parents created."""
+    path, data = arg_path(body), _put_data(body)
+    mode, append = arg_int(body, "mode", 0o644), body.get("append", False)
+    if path.endswith("/") or not 0 <= mode <= 0o7777 or not isinstance(append, bool):
+        raise OpError(ErrorCode.INVALID, "need a file path, a mode and a boolean append", path)
+    _make_parents(path)
+    target = path if append else f"{path}.put-partial"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags |= os.O_APPEND if append else os.O_TRUNC
+    try:
+        fd = os.open(target, flags, mode)
+        try:
+            _write_all(fd, data, path)
+        finally:
+            os.close(fd)
+        if not append:
+            os.replace(target, path)
+    except OSError as exc:
+        raise from_os_error(exc, path) from exc
+    return {"bytes": len(data)}
+
+
+def _put_data(body: Body) -> bytes:
+    encoded = body.get("data")
+    if not isinstance(encoded, str) or len(encoded) > MAX_PUT_BYTES * 4 // 3 + 4:
+        raise OpError(ErrorCode.INVALID, f"'data' must be base64 of at most {MAX_PUT_BYTES} bytes")
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except binascii.Error as exc:
+        raise OpError(ErrorCode.INVALID, "'data' must be base64") from exc
+    if len(data) > MAX_PUT_BYTES:
+        raise OpError(ErrorCode.INVALID, f"'data' must be at most {MAX_PUT_BYTES} bytes")
+    return data
+
+
 def file_handlers() -> dict[str, Handler]:
     return {
         "read_file": read_file,
         "write_file": write_file,
+        "put_file": put_file,
         "stat": stat_path,
         "list_dir": list_dir,
         "make_dir": make_dir,

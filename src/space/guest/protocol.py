@@ -48,7 +48,8 @@ DATA_CHUNK = 128 << 10
 
 #: Protocol generations this module can speak, oldest first. A snapshot keeps
 #: the agent it was taken with forever, so a host must keep speaking old ones.
-GENERATIONS: tuple[int, ...] = (1,)
+#: 2 adds `batch` and `put_file` (a restore's personalisation in one round trip).
+GENERATIONS: tuple[int, ...] = (1, 2)
 
 
 class FrameType(enum.IntEnum):

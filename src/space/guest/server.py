@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 
 from space.guest import __version__
+from space.guest.batch import batch_handler
 from space.guest.files import file_handlers
 from space.guest.link import Link, LinkSource
 from space.guest.ops import Body, Handler
@@ -38,12 +39,14 @@ class Agent:
         self.system = system
         self.generations = generations
         self.started = time.monotonic()
-        self.handlers: Mapping[str, Handler] = {
+        handlers: dict[str, Handler] = {
             **process_handlers(self.processes),
             **file_handlers(),
             **watch_handlers(),
             **system_handlers(system, self.info),
         }
+        handlers["batch"] = batch_handler(handlers)
+        self.handlers: Mapping[str, Handler] = handlers
 
     def info(self) -> Body:
         return {

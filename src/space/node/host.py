@@ -167,7 +167,7 @@ class NodeHost:
         new_ca = await self.egress.reattach(slot, SandboxNetwork(self.net.netns_name(slot)))
         await self.egress.set_policy(slot, sandbox.record.network)
         if new_ca and sandbox.agent is not None:
-            await self.egress.trust(slot, sandbox.agent)
+            await sandbox.agent.batch(self.egress.trust_calls(slot))
 
     def save(self, sandbox: Sandbox, record: SandboxRecord) -> None:
         records, _ = self.ready()

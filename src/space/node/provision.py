@@ -88,8 +88,7 @@ class Provisioning:
                 await importer.clone_disk(template_disk, records.disk(record.slot))
                 await self._boot(sandbox, network)
             else:
-                await self.restore(sandbox, network, base)
-            await host.egress.trust(record.slot, host.agent(spec.sandbox_id))
+                await self.restore(sandbox, network, base, trust=True)
         except BaseException as exc:
             sandbox.state, sandbox.reason = "error", f"create failed: {exc}"
             await host.destroy(spec.sandbox_id)
@@ -105,7 +104,7 @@ class Provisioning:
             await sandbox.connect_agent(self._host.agent_timeout)
         except AgentError as exc:
             raise BootFailed(sandbox.sandbox_id, str(exc), _tail(vm.config.console_log)) from exc
-        await sandbox.personalise()
+        await sandbox.personalise(self._host.egress.trust_calls(sandbox.record.slot))
         sandbox.state = "running"
 
     async def claim(self, entry: Sandbox, spec: SandboxSpec) -> SandboxObservation:
@@ -137,15 +136,17 @@ class Provisioning:
             base = await self._base_snapshot(image, record)
             network = await asyncio.to_thread(host.net.create, slot)
             await host.egress.attach(slot, network, None)  # no network until claimed
-            await self.restore(sandbox, network, base)
-            assert sandbox.agent is not None
-            await host.egress.trust(slot, sandbox.agent)
+            await self.restore(sandbox, network, base, trust=True)
         except BaseException:
             await host.teardown(slot, sandbox)
             raise
         return sandbox
 
-    async def restore(self, sandbox: Sandbox, network: SandboxNetwork, snapshot: Path) -> None:
+    async def restore(
+        self, sandbox: Sandbox, network: SandboxNetwork, snapshot: Path, *, trust: bool = False
+    ) -> None:
+        """Start `sandbox` from `snapshot` and personalise it (`trust`: and install its
+        gateway CA, in the same agent batch)."""
         snapshotter = self._host.ready_snapshotter()
         boot = snapshotter.boot_files(snapshot)
         config = self._host.vm_config(sandbox.record, network, boot)
@@ -155,7 +156,8 @@ class Provisioning:
             await sandbox.connect_agent(self._host.agent_timeout)
         except AgentError as exc:
             raise BootFailed(sandbox.sandbox_id, str(exc), _tail(vm.config.console_log)) from exc
-        await sandbox.personalise()
+        slot = sandbox.record.slot
+        await sandbox.personalise(self._host.egress.trust_calls(slot) if trust else ())
         sandbox.state = "running"
 
     async def _base_snapshot(self, image: TemplateImage, record: SandboxRecord) -> Path:

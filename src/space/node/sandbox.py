@@ -7,9 +7,11 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from space.node.agent import AgentClient
+from space.node.agent import AgentClient, calls
+from space.node.agent.calls import AgentCall
 from space.node.records import SandboxRecord
 from space.node.vmm.base import VmHandle
 from space.node.vmm.console import follow_console
@@ -73,14 +75,19 @@ class Sandbox:
         self.agent = await AgentClient.connect(self.vm.config.agent_socket, timeout=timeout)
         return self.agent
 
-    async def personalise(self) -> None:
+    async def personalise(self, then: Sequence[AgentCall] = ()) -> None:
         """Fresh clock, entropy and identity (with the sandbox's env), so clones share no
-        randomness or names."""
+        randomness or names; `then` (e.g. the gateway CA's files) in the same batch."""
         assert self.agent is not None
-        await self.agent.set_clock(time.time_ns())
-        await self.agent.reseed(os.urandom(64))
         name = self.sandbox_id or self.record.slot
-        await self.agent.set_identity(name, name, self.record.env)
+        await self.agent.batch(
+            [
+                calls.set_clock(time.time_ns()),
+                calls.reseed(os.urandom(64)),
+                calls.set_identity(name, name, self.record.env),
+                *then,
+            ]
+        )
 
     async def close(self) -> None:
         self.stopping = True

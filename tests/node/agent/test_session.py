@@ -21,17 +21,17 @@ pytestmark = pytest.mark.timeout(20)
 
 async def test_handshake_negotiates_a_generation(agent: RunningAgent) -> None:
     async with await AgentClient.connect(agent.socket, timeout=10) as client:
-        assert client.generation == 1
+        assert client.generation == 2
         assert client.agent_info["pid"] == agent.pid
         health = await client.health()
-        assert health["pid"] == agent.pid and health["generations"] == [1]
+        assert health["pid"] == agent.pid and health["generations"] == [1, 2]
         assert isinstance(health["uptime"], float) and health["version"]
 
 
 async def test_unsupported_generation_is_a_clear_error(agent: RunningAgent) -> None:
-    with pytest.raises(ProtocolMismatch, match=r"generations \[1\]") as info:
+    with pytest.raises(ProtocolMismatch, match=r"generations \[1, 2\]") as info:
         await AgentClient.connect(agent.socket, timeout=10, generations=(99,))
-    assert info.value.agent_generations == [1]
+    assert info.value.agent_generations == [1, 2]
     async with await AgentClient.connect(agent.socket, timeout=10, generations=(1, 99)) as client:
         assert client.generation == 1
 

@@ -25,15 +25,21 @@ from __future__ import annotations
 import asyncio
 import base64
 import tempfile
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
 from space.guest.protocol import GENERATIONS, FrameType
+from space.node.agent.calls import BATCH_GENERATION, AgentCall
 from space.node.agent.channel import reply_result
 from space.node.agent.connection import Connection
 from space.node.agent.decode import file_info, process_info
-from space.node.agent.errors import AgentCutOff, AgentError, AgentUnavailable
+from space.node.agent.errors import (
+    AgentCutOff,
+    AgentError,
+    AgentOperationError,
+    AgentUnavailable,
+)
 from space.node.agent.process import AgentProcess
 from space.node.agent.watch import Watch
 from space.seam.values import ExecRequest, ExecResult, FileInfo, ProcessInfo
@@ -168,22 +174,42 @@ class AgentClient:
     async def health(self) -> dict[str, object]:
         return await (await self._live()).call("health")
 
-    async def set_clock(self, epoch_ns: int) -> None:
-        await (await self._live()).call("set_clock", {"epoch_ns": epoch_ns})
+    async def call(self, call: AgentCall) -> dict[str, object]:
+        """One call (`space.node.agent.calls`), on an agent of any generation."""
+        return await self._one(call)
 
-    async def reseed(self, entropy: bytes) -> None:
-        """Mix `entropy` into the guest's pool; credited where the agent may do so."""
-        body: dict[str, object] = {"entropy": base64.b64encode(entropy).decode()}
-        await (await self._live()).call("reseed", body)
+    async def batch(self, calls: Sequence[AgentCall]) -> list[dict[str, object]]:
+        """Run `calls` in order and return their results: one round trip to an agent of
+        BATCH_GENERATION or later, one call each (a `put_file` as a read and a streamed
+        write) to an older one. The first failure raises its error."""
+        conn = await self._live()
+        if conn.generation >= BATCH_GENERATION:
+            reply = await conn.call("batch", {"calls": [call.request() for call in calls]})
+            results = reply.get("results")
+            return [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+        return [await self._one(call) for call in calls]
 
-    async def set_identity(
-        self, hostname: str, sandbox_id: str, env: dict[str, str] | None = None
-    ) -> None:
-        """Name the guest; `env`: the sandbox's env, kept in the guest's identity file."""
-        body: dict[str, object] = {"hostname": hostname, "sandbox_id": sandbox_id}
-        if env:
-            body["env"] = dict(env)
-        await (await self._live()).call("set_identity", body)
+    async def _one(self, call: AgentCall) -> dict[str, object]:
+        conn = await self._live()
+        if call.op == "put_file" and conn.generation < BATCH_GENERATION:
+            return await self._put_by_stream(call.body)
+        return await conn.call(call.op, call.body)
+
+    async def _put_by_stream(self, body: dict[str, object]) -> dict[str, object]:
+        """`put_file` for a generation-1 agent: an append reads the file and writes it whole."""
+        path, mode = str(body["path"]), body.get("mode", 0o644)
+        data = base64.b64decode(str(body["data"]))
+        before = b""
+        if body.get("append"):
+            try:
+                before = b"".join([chunk async for chunk in self.read_file(path)])
+            except AgentOperationError as exc:
+                if exc.code != "not_found":
+                    raise
+        await self.write_file(
+            path, _one_chunk(before + data), mode if isinstance(mode, int) else 0o644
+        )
+        return {"bytes": len(data)}
 
     # -- processes -----------------------------------------------------------------
 
@@ -338,3 +364,7 @@ class _Spool:
 
     def __exit__(self, *exc: object) -> None:
         self._file.close()
+
+
+async def _one_chunk(data: bytes) -> AsyncIterator[bytes]:
+    yield data

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,10 +29,11 @@ from space.gateway import Gateway, Policy, UnknownSandbox
 from space.gateway.audit import AuditRecord
 from space.gateway.ceiling import Ceiling, IPAddress, IPNetwork
 from space.gateway.limits import GatewayLimits
-from space.node.agent import AgentClient
+from space.node.agent import calls
+from space.node.agent.calls import AgentCall
 from space.node.network import fence, firewall, hostaddrs
 from space.node.network.netns import NetworkError, SandboxNetwork
-from space.seam.values import EgressRecord, ExecRequest
+from space.seam.values import EgressRecord
 from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
@@ -49,12 +50,8 @@ CA_ENV = {
 }
 # Appending to the bundle is what curl, Python's ssl, requests and pip on Debian read;
 # (update-ca-certificates would take seconds under TCG). Login shells get the env vars.
-_TRUST_SCRIPT = f"""
-mkdir -p /etc/ssl/certs /etc/profile.d
-cat {GUEST_CA} >> {GUEST_BUNDLE}
-printf '[global]\\ncert = {GUEST_BUNDLE}\\n' > /etc/pip.conf
-: > /etc/profile.d/space-ca.sh
-""" + "".join(f"echo 'export {k}={v}' >> /etc/profile.d/space-ca.sh\n" for k, v in CA_ENV.items())
+_PIP_CONF = f"[global]\ncert = {GUEST_BUNDLE}\n".encode()
+_PROFILE = "".join(f"export {k}={v}\n" for k, v in CA_ENV.items()).encode()
 
 
 @dataclass(frozen=True)
@@ -138,14 +135,16 @@ class Egress:
             return True
         return False
 
-    async def trust(self, slot: str, agent: AgentClient) -> None:
-        """Install the sandbox's CA certificate in the guest's trust stores."""
+    def trust_calls(self, slot: str) -> list[AgentCall]:
+        """The agent calls that install the sandbox's CA certificate in the guest's trust
+        stores (sent with its personalisation, in one batch)."""
         pem = self.gateway.gate(slot).ca.certificate_pem
-        await agent.exec(ExecRequest(args=("mkdir", "-p", str(Path(GUEST_CA).parent))))
-        await agent.write_file(GUEST_CA, _chunks(pem))
-        result = await agent.exec(ExecRequest(args=("/bin/sh", "-c", _TRUST_SCRIPT)))
-        if result.exit_code != 0:
-            log.warning("installing the gateway CA in %s failed: %s", slot, result.stderr[-300:])
+        return [
+            calls.put_file(GUEST_CA, pem),
+            calls.put_file(GUEST_BUNDLE, pem, append=True),
+            calls.put_file("/etc/pip.conf", _PIP_CONF),
+            calls.put_file("/etc/profile.d/space-ca.sh", _PROFILE),
+        ]
 
     async def claim(self, slot: str, policy: Mapping[str, Any] | None, sandbox_id: str) -> None:
         """A warm VM (attached and trusting its CA already) now serves `sandbox_id`."""
@@ -216,10 +215,6 @@ class Egress:
                 await self.refresh_ceiling()
             except (OSError, ValueError, NetworkError) as exc:
                 log.warning("refreshing the egress ceiling failed (kept the last): %s", exc)
-
-
-async def _chunks(data: bytes) -> AsyncIterator[bytes]:
-    yield data
 
 
 def _system_resolver(path: Path = Path("/etc/resolv.conf")) -> str:
