@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from space.node.network.egress import EgressConfig
     from space.node.templates import Progress
     from space.node.vmm.jail import JailConfig
+    from space.node.warm import WarmSizing
     from space.seam.protocol import NodeClient
     from space.store.db import Database
     from space.store.keys import KeyInfo
@@ -139,6 +140,7 @@ def _local_node(settings: Settings) -> LocalNode:
     from space.node.network.egress import EgressConfig
     from space.node.templates import StderrProgress
     from space.node.vmm.jail import JailConfig
+    from space.node.warm import WarmSizing
 
     vmm = settings.vmm
     return local_node(
@@ -151,6 +153,8 @@ def _local_node(settings: Settings) -> LocalNode:
         progress=StderrProgress(),
         base_snapshots=settings.node.base_snapshots,
         warm_pools=settings.node.warm_pool,
+        warm_sizing=WarmSizing(settings.node.warm_pool_max, settings.node.warm_refill),
+        warm_reserve_mib=settings.node.warm_reserve_mib,
         egress=EgressConfig(
             settings.gateway.resolver,
             settings.gateway.ca_file,
@@ -189,6 +193,8 @@ def local_node(
     progress: Progress | None = None,
     base_snapshots: bool = True,
     warm_pools: dict[str, int] | None = None,
+    warm_sizing: WarmSizing | None = None,
+    warm_reserve_mib: int = 2048,
     egress: EgressConfig | None = None,
     jail: JailConfig | None = None,
     console_log_bytes: int = 4 << 20,
@@ -206,11 +212,11 @@ def local_node(
     from space.node.metrics import NodeMetrics
     from space.node.network.egress import Egress, EgressConfig
     from space.node.network.netns import NetworkManager
-    from space.node.provision import Provisioning
+    from space.node.provision import Provisioning, warm_memory_mib
     from space.node.recovery import Recovery
     from space.node.vmm.factory import driver_maker
     from space.node.vmm.jail import JailConfig
-    from space.node.warm import WarmPools
+    from space.node.warm import MemoryRoom, WarmPools
 
     driver = driver_maker(vmm, accel=accel, jail=jail or JailConfig(), run_dir=run_dir)
     host = NodeHost(
@@ -228,7 +234,13 @@ def local_node(
     templates = TemplateCatalog(cache_dir, progress)
     metrics = NodeMetrics(lambda: [*host.sandboxes.values(), *warm.entries()])
     provisioning = Provisioning(host, templates, metrics, base_snapshots=base_snapshots)
-    warm = WarmPools(warm_pools or {}, provisioning.fill_warm)
+    warm = WarmPools(
+        warm_pools or {},
+        provisioning.fill_warm,
+        lambda entry: host.teardown(entry.record.slot, entry),
+        sizing=warm_sizing,
+        room=MemoryRoom(warm_reserve_mib, warm_memory_mib),
+    )
     return LocalNode(
         host=host,
         templates=templates,

@@ -1,4 +1,5 @@
-"""Warm pools: claims never share a VM, and the pool refills to its target."""
+"""Warm pools on real VMs: claims never share a VM, and the pool refills to its target
+(a fixed one here; `test_warm_sizing.py` has the target following demand)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import pytest_asyncio
 
 from space.node.local import LocalNode
+from space.node.warm import WarmSizing
 from space.seam.values import ExecRequest, SandboxSpec
 from tests.throwaway import throwaway_node
 
@@ -23,7 +25,9 @@ async def pooled_node(
     node: LocalNode, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[LocalNode]:
     data_dir = tmp_path_factory.mktemp("warm-data")
-    async with throwaway_node(data_dir, "spw", warm_pools={"base": TARGET}) as local:
+    async with throwaway_node(
+        data_dir, "spw", warm_pools={"base": TARGET}, warm_sizing=WarmSizing(ceiling=TARGET)
+    ) as local:
         yield local
 
 
