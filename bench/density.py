@@ -50,14 +50,14 @@ EXECS_AT_ONCE = 8
 async def main(count: int, cycles: int) -> None:
     async with bench_node() as node:
         await node.create_sandbox(SandboxSpec(sandbox_id="warmup"))  # builds the base snapshot
-        alone = await _execs(node, ["warmup"] * 10)
+        alone = await _execs(node, ["warmup"] * 10, at_once=1)
         await node.destroy_sandbox("warmup")
         available = mem_available_kib()
         ids = [f"d{i}" for i in range(count)]
         try:
             await _bounded(CREATING_AT_ONCE, (_create(node, i) for i in ids))
             await asyncio.sleep(5)  # let them settle into idle
-            loaded = await _execs(node, ids)
+            loaded = await _execs(node, ids, at_once=EXECS_AT_ONCE)
             _memory(node, ids, available)
             value("sandboxes answering an exec, all running", len(loaded), "sandboxes")
             emit(summary("exec `true`, one sandbox running (floor)", alone))
@@ -71,7 +71,7 @@ async def _create(node: LocalNode, sandbox_id: str) -> None:
     await node.create_sandbox(SandboxSpec(sandbox_id=sandbox_id))
 
 
-async def _execs(node: LocalNode, ids: list[str]) -> list[float]:
+async def _execs(node: LocalNode, ids: list[str], at_once: int) -> list[float]:
     async def one(sandbox_id: str) -> float:
         started = time.perf_counter()
         result = await node.exec(sandbox_id, ExecRequest(args=("true",)))
@@ -79,7 +79,7 @@ async def _execs(node: LocalNode, ids: list[str]) -> list[float]:
             raise RuntimeError(f"exec in {sandbox_id} exited {result.exit_code}")
         return time.perf_counter() - started
 
-    return await _bounded(EXECS_AT_ONCE, (one(i) for i in ids))
+    return await _bounded(at_once, (one(i) for i in ids))
 
 
 async def _bounded(limit: int, calls: Iterable[Awaitable[T]]) -> list[T]:

@@ -50,6 +50,20 @@ async def read(fd: int, size: int) -> bytes:
             raise
 
 
+def drain(fd: int, limit: int) -> bytes:
+    """Whatever more can be read right now, up to `limit` bytes, in as many reads as it
+    takes: the virtio-serial port hands out one receive buffer (a page) per read, so a
+    128 KiB frame would otherwise take 32 trips through the event loop."""
+    parts: list[bytes] = []
+    while limit > 0:
+        data = read_available(fd, limit)
+        if not data:
+            break
+        parts.append(data)
+        limit -= len(data)
+    return b"".join(parts)
+
+
 def read_available(fd: int, size: int) -> bytes:
     """What can be read right now without waiting (b"" if nothing or EOF)."""
     try:

@@ -67,9 +67,10 @@ class DeviceLink:
             data, self._pending = self._pending, b""
             return data
         try:
-            return await fdio.read(self._fd, _READ_SIZE)
+            data = await fdio.read(self._fd, _READ_SIZE)
         except OSError:
             return b""
+        return data + fdio.drain(self._fd, _READ_SIZE - len(data)) if data else b""
 
     async def write(self, data: bytes) -> None:
         if self._closed:
