@@ -38,7 +38,9 @@ def _create_latency(full: bool) -> None:
 
 
 def _api(full: bool) -> None:
-    asyncio.run(api.run(["{}", '{"base": 2}'], 10, [10, 20]))
+    asyncio.run(
+        api.run(["{}", '{"base": 2}'], 20 if full else 10, [10, 20, 30] if full else [10, 20])
+    )
 
 
 def _gateway(full: bool) -> None:

@@ -151,15 +151,21 @@ async def _first_exec(server: SpaceServer, http: httpx.AsyncClient, count: int) 
 async def _throughput(server: SpaceServer, http: httpx.AsyncClient, count: int) -> None:
     await _until_warm(http)
     before = await _warm_counts(http)
-    started = time.perf_counter()
+    busy_before, started = host_busy_seconds(), time.perf_counter()
     results = await asyncio.gather(
         *(_create(server, http) for _ in range(count)), return_exceptions=True
     )
     wall = time.perf_counter() - started
+    busy = host_busy_seconds() - busy_before
     ids = [r for r in results if isinstance(r, str)]
     failed = [r for r in results if not isinstance(r, str)]
     note = f"ok={len(ids)} failed={len(failed)} wall={wall:.2f}s"
     value(f"{count} concurrent creates", len(ids) / wall, "sandboxes/s", note)
+    if ids:
+        per_create = busy / len(ids)
+        value("  host CPU per create", per_create * 1000, "ms", "all cores, /proc/stat")
+        ceiling = (os.cpu_count() or 1) / per_create
+        value("  ceiling: cores / CPU per create", ceiling, "sandboxes/s")
     for error in failed[:3]:
         emit(f"  e.g. {type(error).__name__}: {error}")
     emit(_warm_line(_minus(await _warm_counts(http), before)))
@@ -167,6 +173,13 @@ async def _throughput(server: SpaceServer, http: httpx.AsyncClient, count: int) 
     await asyncio.gather(*(http.delete(f"/v1/sandboxes/{i}") for i in ids))
     wall = time.perf_counter() - started
     emit(f"{f'{len(ids)} concurrent deletes':<34} wall={wall:8.2f}s")
+
+
+def host_busy_seconds() -> float:
+    """CPU time all cores spent not idle since boot (/proc/stat, USER_HZ ticks)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 async def _create(server: SpaceServer, http: httpx.AsyncClient) -> str:

@@ -1,7 +1,8 @@
-"""Create latency through the HTTP API: warm-pool claim, base-snapshot restore, cold boot.
+"""Create latency through the HTTP API: warm-pool claim, base-snapshot restore, cold boot,
+and bursts of creates back to back on the default warm pool.
 
     sudo SPACE_ACCEL=tcg .venv/bin/python -m bench.create_latency \
-        [--warm 120 --restore 60 --cold 20]
+        [--warm 120 --restore 60 --cold 20 --burst 30]
 
 Each mode runs its own `space up` (SQLite, throw-away data dir). A create is timed
 from the request to the `201` (the agent has answered a health call by then). The
@@ -24,7 +25,9 @@ from pathlib import Path
 import httpx
 from tests.e2e.server import SpaceServer
 
-from bench.stats import emit, summary
+from bench.stats import emit, summary, value
+from space.node.agent import AgentClient, calls
+from space.node.agent.calls import AgentCall
 from space.node.network.netns import NetworkManager
 from space.node.snapshotting import BootFiles
 from space.node.storage.reflink import clone_file
@@ -34,12 +37,19 @@ from space.node.vmm.base import NetworkAttachment, VmConfig
 from space.node.vmm.qemu import QemuDriver
 
 WARM_TARGET = 4
+NODE_CREATE = 'space_node_create_duration_seconds_{what}{{path="{path}"}}'
 
 
-def _pool_ready(http: httpx.Client) -> int:
+def _pool(http: httpx.Client, what: str = "ready") -> int:
     text = http.get("/metrics").text
-    found = re.search(r'space_warm_pool_ready\{template="base"\} ([0-9.]+)', text)
+    found = re.search(rf'space_warm_pool_{what}\{{template="base"\}} ([0-9.]+)', text)
     return int(float(found.group(1))) if found else 0
+
+
+def _until_full(http: httpx.Client) -> None:
+    deadline = time.monotonic() + 300
+    while _pool(http) < _pool(http, "target") and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _creates(server: SpaceServer, count: int, *, wait_for_pool: bool) -> list[float]:
@@ -48,7 +58,7 @@ def _creates(server: SpaceServer, count: int, *, wait_for_pool: bool) -> list[fl
         for _ in range(count):
             if wait_for_pool:
                 deadline = time.monotonic() + 120
-                while _pool_ready(http) < WARM_TARGET and time.monotonic() < deadline:
+                while _pool(http) < WARM_TARGET and time.monotonic() < deadline:
                     time.sleep(0.05)
             started = time.perf_counter()
             response = http.post("/v1/sandboxes", json={"template": "base"})
@@ -59,33 +69,56 @@ def _creates(server: SpaceServer, count: int, *, wait_for_pool: bool) -> list[fl
 
 
 def _run_mode(name: str, count: int, env: dict[str, str]) -> None:
+    if count <= 0:
+        return
     root = Path(tempfile.mkdtemp(prefix=f"space-bench-{name}-"))
     server = SpaceServer(root, **env)
     try:
         server.start()
         samples = _creates(server, count, wait_for_pool=name == "warm")
         emit(summary(f"create: {name}", samples))
+        with server.client() as http:
+            _node_share(http)
         if name == "restore":
             _floor(server)
     finally:
         server.close()
 
 
+def _node_share(http: httpx.Client) -> None:
+    """The node's own create time (its histogram in /metrics): the rest of a create's
+    time is HTTP, the database and the controller."""
+    text = http.get("/metrics").text
+    for path in ("warm", "restore", "cold"):
+        total = NODE_CREATE.format(path=path, what="sum")
+        count = NODE_CREATE.format(path=path, what="count")
+        found = [re.search(rf"^{re.escape(m)} ([0-9.e+-]+)$", text, re.M) for m in (total, count)]
+        if found[0] and found[1] and float(found[1].group(1)) > 0:
+            mean = float(found[0].group(1)) / float(found[1].group(1))
+            value(f"  node's own create ({path}), mean", mean * 1000, "ms", "/metrics")
+
+
 def _floor(server: SpaceServer) -> None:
     bases = sorted(server.data_dir.glob("pool/snapshots/base*-base-*/*/manifest.json"))
     if bases:
         scratch = server.data_dir / "pool" / "scratch"
-        samples = asyncio.run(_raw_restores(bases[-1].parent, scratch))
-        emit(summary("floor: raw QEMU snapshot restore", samples))
+        restores, exchanges = asyncio.run(_raw_restores(bases[-1].parent, scratch))
+        emit(summary("floor: raw QEMU snapshot restore", restores))
+        emit(summary("floor: + agent handshake and one batch", exchanges))
 
 
-async def _raw_restores(snapshot: Path, scratch: Path, count: int = 20) -> list[float]:
+async def _raw_restores(
+    snapshot: Path, scratch: Path, count: int = 20
+) -> tuple[list[float], list[float]]:
+    """QEMU restoring the base snapshot until the VM runs; and until its agent has
+    answered the handshake and one batch (the clock, entropy and identity a create
+    sends): what the guest itself costs a create, SPACE's own work aside."""
     driver = QemuDriver(choose_accel(os.environ.get("SPACE_ACCEL", "tcg")))
     manifest = read_manifest(snapshot)
     boot = BootFiles.from_manifest(manifest)
     net = NetworkManager(f"spf{secrets.token_hex(3)}")
     scratch.mkdir(parents=True, exist_ok=True)
-    samples = []
+    restores, exchanges = [], []
     run_root = Path(f"/run/space-floor-{net.prefix}")
     for i in range(count):
         vm_id = f"floor{i}"
@@ -106,20 +139,49 @@ async def _raw_restores(snapshot: Path, scratch: Path, count: int = 20) -> list[
         )
         started = time.perf_counter()
         vm = await driver.restore(config, snapshot)
-        samples.append(time.perf_counter() - started)
+        restores.append(time.perf_counter() - started)
+        async with await AgentClient.connect(config.agent_socket, timeout=60) as agent:
+            await agent.batch(_personalisation(vm_id))
+        exchanges.append(time.perf_counter() - started)
         await driver.stop(vm)
         net.delete(vm_id)
         disk.unlink()
     shutil.rmtree(run_root, ignore_errors=True)
-    return samples
+    return restores, exchanges
 
 
-def main(warm: int, restore: int, cold: int) -> None:
+def _personalisation(name: str) -> list[AgentCall]:
+    return [
+        calls.set_clock(time.time_ns()),
+        calls.reseed(os.urandom(64)),
+        calls.set_identity(name, name),
+    ]
+
+
+def _bursts(count: int) -> None:
+    """Two bursts of `count` creates back to back on the default warm pool: the first
+    finds the configured pool, the second the pool grown by the first's demand."""
+    server = SpaceServer(Path(tempfile.mkdtemp(prefix="space-bench-burst-")))
+    try:
+        server.start()
+        with server.client() as http:
+            for burst in (1, 2):
+                _until_full(http)
+                target = _pool(http, "target")
+                samples = _creates(server, count, wait_for_pool=False)
+                emit(summary(f"create: burst {burst} of {count}, pool of {target} ready", samples))
+    finally:
+        server.close()
+
+
+def main(warm: int, restore: int, cold: int, burst: int = 30) -> None:
     accel = os.environ.get("SPACE_ACCEL", "tcg")
-    emit(f"{warm + restore + cold} creates through the HTTP API (accel {accel})")
+    emit(f"{warm + restore + cold + 2 * burst} creates through the HTTP API (accel {accel})")
     _run_mode("warm", warm, {"SPACE_NODE_WARM_POOL": f'{{"base": {WARM_TARGET}}}'})
     _run_mode("restore", restore, {"SPACE_NODE_WARM_POOL": "{}"})
     _run_mode("cold", cold, {"SPACE_NODE_WARM_POOL": "{}", "SPACE_NODE_BASE_SNAPSHOTS": "false"})
+    if burst:
+        _bursts(burst)
 
 
 if __name__ == "__main__":
@@ -127,5 +189,6 @@ if __name__ == "__main__":
     parser.add_argument("--warm", type=int, default=120)
     parser.add_argument("--restore", type=int, default=60)
     parser.add_argument("--cold", type=int, default=20)
+    parser.add_argument("--burst", type=int, default=30)
     args = parser.parse_args()
-    main(args.warm, args.restore, args.cold)
+    main(args.warm, args.restore, args.cold, args.burst)

@@ -16,6 +16,7 @@ import asyncio
 import ipaddress
 import json
 import tempfile
+import time
 from pathlib import Path
 
 from tests.redteam.fakenet import DNS_IP, FAKE_PUBLIC, WEB_IP, FakeInternet
@@ -126,19 +127,26 @@ async def _report(
 ) -> None:
     latency: dict[str, list[float]] = {}
     fresh: dict[str, list[float]] = {}
+    cpu: dict[str, float] = {}
     for name, (netns, ca) in paths.items():
         await _client(netns, ca, 20, 1, "/warm")
         single = await _client(netns, ca, requests, 1, "/small")
         latency[name] = single["times"]  # type: ignore[assignment]
         handshakes = await _client(netns, ca, max(requests // 4, 20), 1, "/small", "fresh")
         fresh[name] = handshakes["times"]  # type: ignore[assignment]
+        before = time.process_time()  # this process: the fake internet, and the gateway
         many = await _client(netns, ca, requests, connections, "/small")
+        cpu[name] = (time.process_time() - before) / requests
         size = megabytes * 1_000_000 // 8
         bulk = await _client(netns, ca, 8, 1, f"/bytes/{size}")
         rate = requests / many["elapsed"]
         value(f"{name} requests", rate, "req/s", f"{connections} keep-alive connections")
         value(f"{name} bulk", bulk["bytes"] / bulk["elapsed"] / 1e6, "MB/s")
         emit(summary(f"{name} request latency", single["times"]))  # type: ignore[arg-type]
+    own = cpu["gateway"] - cpu["direct"]  # the same server work in both runs
+    value("gateway CPU per request", own * 1e6, "us", "process CPU, gateway run - direct run")
+    per_core = 1 / own if own > 0 else 0.0
+    value("gateway requests/s per core", per_core, "req/s", "1 / CPU per request")
     for q in (50, 90):
         added = percentile(latency["gateway"], q) - percentile(latency["direct"], q)
         value(f"added latency p{q}", added * 1000, "ms", "keep-alive, 1 connection")

@@ -12,7 +12,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 log = logging.getLogger("space.gateway.audit")
 RING = 10_000
@@ -45,7 +45,8 @@ class AuditLog:
         self.records.append(record)
         if self._counted is not None:
             self._counted(record.kind, record.decision)
-        log.info("%s", json.dumps(asdict(record), separators=(",", ":")))
+        if log.isEnabledFor(logging.INFO):  # every request passes here: encode only if kept
+            log.info("%s", json.dumps(vars(record), separators=(",", ":")))
 
     def for_sandbox(self, sandbox_id: str) -> list[AuditRecord]:
         return [r for r in self.records if r.sandbox_id == sandbox_id]
