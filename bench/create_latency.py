@@ -158,18 +158,20 @@ def _personalisation(name: str) -> list[AgentCall]:
     ]
 
 
-def _bursts(count: int) -> None:
-    """Two bursts of `count` creates back to back on the default warm pool: the first
-    finds the configured pool, the second the pool grown by the first's demand."""
-    server = SpaceServer(Path(tempfile.mkdtemp(prefix="space-bench-burst-")))
+def _bursts(count: int, **env: str) -> None:
+    """Two bursts of `count` creates back to back: the first finds the configured warm
+    pool, the second the pool grown by the first's demand (up to SPACE_NODE_WARM_POOL_MAX)."""
+    server = SpaceServer(Path(tempfile.mkdtemp(prefix="space-bench-burst-")), **env)
+    ceiling = env.get("SPACE_NODE_WARM_POOL_MAX", "default")
     try:
         server.start()
         with server.client() as http:
             for burst in (1, 2):
                 _until_full(http)
-                target = _pool(http, "target")
+                ready = _pool(http)
                 samples = _creates(server, count, wait_for_pool=False)
-                emit(summary(f"create: burst {burst} of {count}, pool of {target} ready", samples))
+                title = f"create: burst {burst} of {count}, {ready} warm (max {ceiling})"
+                emit(summary(title, samples))
     finally:
         server.close()
 
@@ -182,6 +184,7 @@ def main(warm: int, restore: int, cold: int, burst: int = 30) -> None:
     _run_mode("cold", cold, {"SPACE_NODE_WARM_POOL": "{}", "SPACE_NODE_BASE_SNAPSHOTS": "false"})
     if burst:
         _bursts(burst)
+        _bursts(burst, SPACE_NODE_WARM_POOL_MAX=str(burst + 2))
 
 
 if __name__ == "__main__":
