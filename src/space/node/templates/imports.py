@@ -22,6 +22,7 @@ from space.node.templates.cache import Cache, digest_of, source_digests
 from space.node.templates.errors import ImageError
 from space.node.templates.progress import Progress, Reporter
 from space.node.templates.registry import ImageRecord, ProcessDefaults, Registry, Version
+from space.private import private_dir
 
 MiB = 2**20
 MIN_SIZE = 256 * MiB
@@ -66,7 +67,7 @@ def import_template(
             registry.IMAGE_KIND,
             {"manifest": image.digest, "src": source_digests(*_BUILDERS)},
         )
-        registry.private_dir(cache_dir / registry.IMAGE_KIND)
+        private_dir(cache_dir / registry.IMAGE_KIND)
         path, hit = Cache(cache_dir).get_or_build(
             registry.IMAGE_KIND, key, lambda out: _build(out, image, parsed, limits, report)
         )

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from space.node.templates.errors import ImageError
+from space.private import private_dir
 
 REGISTRY_DIR = "imported"
 IMAGE_KIND = "oci-template"
@@ -98,12 +99,6 @@ def write_private(path: Path, data: object) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-def private_dir(path: Path) -> Path:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.chmod(0o700)
-    return path
 
 
 class Registry:
