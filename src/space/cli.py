@@ -508,7 +508,7 @@ def cmd_template_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_template_import(args: argparse.Namespace) -> int:
-    from space.node.templates import ALIASES, TEMPLATES, BuildError
+    from space.node.templates import BuildError
     from space.node.templates.imports import import_template
 
     progress = BuildProgress()
@@ -517,7 +517,6 @@ def cmd_template_import(args: argparse.Namespace) -> int:
             settings_from(args).cache_dir,
             args.name,
             args.source,
-            builtin=frozenset({*TEMPLATES, *ALIASES}),
             progress=progress,
         )
     except (BuildError, OSError) as exc:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 import subprocess
 from pathlib import Path
@@ -15,7 +16,7 @@ from space.node.templates.errors import ImageError
 from space.node.templates.imports import import_template
 from space.node.templates.registry import Registry
 from space.seam.errors import UnknownTemplate
-from tests.node.templates.images import directory, file, layer_tar, oci_layout
+from tests.node.templates.images import directory, file, layer_tar, oci_layout, symlink
 
 pytestmark = [
     pytest.mark.templates,
@@ -109,8 +110,20 @@ def test_bad_names_are_refused(tmp_path: Path, name: str) -> None:
 
 def test_a_built_in_name_is_never_clobbered(tmp_path: Path) -> None:
     with pytest.raises(ImageError, match="built-in"):
-        import_template(tmp_path, "base", _archive(tmp_path), builtin=frozenset({"base"}))
+        import_template(tmp_path, "base", _archive(tmp_path))
+    with pytest.raises(ImageError, match="built-in"):
+        import_template(tmp_path, "code-interpreter-v1", _archive(tmp_path))
     assert Registry(tmp_path).names() == []
+
+
+def test_a_symlinked_tmp_or_etc_is_prepared_inside_the_root(tmp_path: Path) -> None:
+    host = Path(f"/var/space-test-{secrets.token_hex(4)}")  # must not come to exist
+    hostile = layer_tar([symlink("tmp", f"{host}/tmp"), symlink("etc", f"{host}/etc")])
+    source = f"oci-archive:{oci_layout([hostile]).write_archive(tmp_path / 'h.tar')}"
+    imported = import_template(tmp_path / "cache", "hostile", source)
+    assert not host.exists()
+    assert "hostname" in _debugfs(imported.rootfs, f"ls {host}/etc")
+    assert "Mode:  01777" in _debugfs(imported.rootfs, f"stat {host}/tmp")
 
 
 def test_a_numeric_user_is_its_passwd_name_or_gets_one(tmp_path: Path) -> None:

@@ -124,6 +124,13 @@ def test_a_whiteout_through_a_symlink_stays_inside(root: Path, outside: Path) ->
     assert (outside / "victim").read_text() == "v"
 
 
+@pytest.mark.parametrize("name", ["d/.wh..", "d/.wh.", "d/.wh.."])
+def test_a_whiteout_naming_no_file_is_refused(root: Path, name: str) -> None:
+    with pytest.raises(ImageError, match="names no file"):
+        _apply(root, [directory("d"), file("d/x")], [file(name)])
+    assert (root / "d/x").exists() and root.parent.exists()
+
+
 def test_a_symlink_replacing_a_file_is_not_written_through(root: Path, outside: Path) -> None:
     (outside / "target").write_text("t")
     _apply(root, [symlink("f", str(outside / "target"))], [file("f", "overwritten")])

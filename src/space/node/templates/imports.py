@@ -22,6 +22,7 @@ from space.node.templates.cache import Cache, digest_of, source_digests
 from space.node.templates.errors import ImageError
 from space.node.templates.progress import Progress, Reporter
 from space.node.templates.registry import ImageRecord, ProcessDefaults, Registry, Version
+from space.node.templates.rootfs import ALIASES, TEMPLATES
 from space.private import private_dir
 
 MiB = 2**20
@@ -49,14 +50,13 @@ def import_template(
     name: str,
     source: str,
     *,
-    builtin: frozenset[str] = frozenset(),
     limits: oci.Limits | None = None,
     progress: Progress | None = None,
 ) -> Imported:
     """Import the image at `source` (`oci:DIR[:TAG]`, `oci-archive:PATH`,
     `docker-archive:PATH`) as the newest version of template `name`."""
     registry.check_name(name)
-    if name in builtin:
+    if name in TEMPLATES or name in ALIASES:
         raise ImageError(f"{name!r} is a built-in template; import under another name")
     parsed = oci.Source.parse(source)
     report = Reporter(progress, 1)
@@ -115,7 +115,7 @@ def _prepare(tree: Path) -> None:
     """What SPACE's init scripts need on a root: the mount points, /etc's files."""
     for rel in _INIT_DIRS:
         layers.resolve_dir(tree, [rel], "init")
-    (tree / "tmp").chmod(0o1777)
+    layers.resolve_dir(tree, ["tmp"], "init").chmod(0o1777)  # a symlinked /tmp stays inside
     for rel, text in _ETC.items():
         path = layers.resolve_dir(tree, ["etc"], "init") / Path(rel).name
         if path.is_dir() and not path.is_symlink():

@@ -123,7 +123,10 @@ class _LayerState:
                 if child not in self.fresh:
                     _remove(child)
         else:
-            target = dest.with_name(dest.name[len(_WHITEOUT) :])
+            name = dest.name[len(_WHITEOUT) :]
+            if name in ("", ".", ".."):
+                raise ImageError(f"{self.name}: whiteout {dest.name!r} names no file")
+            target = dest.parent / name
             if target not in self.fresh:
                 _remove(target)
 
