@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -149,4 +150,34 @@ def test_bad_sources_are_named(tmp_path: Path) -> None:
         pytest.raises(ImageError, match="cannot read"),
         open_image(Source.parse(f"oci-archive:{tmp_path / 'junk.tar'}")),
     ):
+        pass
+
+
+def test_a_fifo_in_a_layout_is_refused_not_waited_on(tmp_path: Path) -> None:
+    layout = oci_layout([LOWER])
+    root = layout.write_dir(tmp_path / "img")
+    blob = root / f"blobs/sha256/{layout.layer_digests[0][7:]}"
+    blob.unlink()
+    os.mkfifo(blob)
+    with open_image(Source.parse(f"oci:{root}")) as image:
+        with pytest.raises(ImageError, match="not a regular file"):
+            _layers(image)
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        b"[]",
+        b'{"manifests": [1, 2]}',
+        b'{"manifests": [{"digest": 5}]}',
+        b'{"manifests": [{"digest": "md5:abc"}]}',
+        b'{"manifests": [{"digest": "sha256:' + b"0" * 64 + b'", "size": -1}]}',
+        b'{"manifests": [{"platform": 3}, {"platform": "x"}]}',
+        b"not json",
+    ],
+)
+def test_a_malformed_index_is_an_image_error(tmp_path: Path, index: bytes) -> None:
+    root = oci_layout([LOWER]).write_dir(tmp_path / "img")
+    (root / "index.json").write_bytes(index)
+    with pytest.raises(ImageError), open_image(Source.parse(f"oci:{root}")):
         pass

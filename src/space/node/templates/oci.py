@@ -19,6 +19,7 @@ import json
 import os
 import posixpath
 import re
+import stat
 import tarfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -113,7 +114,7 @@ class Source:
 
 
 class _DirFiles:
-    """Files of a layout directory, by relative path, never through a symlink."""
+    """Regular files of a layout directory by relative path (never a symlink or a fifo)."""
 
     def __init__(self, root: Path) -> None:
         if not root.is_dir():
@@ -123,9 +124,12 @@ class _DirFiles:
     def open(self, rel: str) -> IO[bytes]:
         path = self._root / rel
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
             raise ImageError(f"cannot read {rel} in {self._root}: {exc.strerror}") from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ImageError(f"{rel} in {self._root} is not a regular file")
         return os.fdopen(fd, "rb")
 
     def exists(self, rel: str) -> bool:
@@ -321,14 +325,15 @@ def _descriptor(value: Any, what: str) -> tuple[str, int | None]:
 def _pick(manifests: Any, tag: str | None, what: str) -> dict[str, Any]:
     if not isinstance(manifests, list) or not manifests:
         raise ImageError(f"{what} lists no manifests")
+    manifests = [m for m in manifests if isinstance(m, dict)]
     if tag is not None:
-        named = [m for m in manifests if (m.get("annotations") or {}).get(_REF_ANNOTATION) == tag]
+        named = [m for m in manifests if _nested(m, "annotations", _REF_ANNOTATION) == tag]
         if not named:
             raise ImageError(f"{what} has no manifest tagged {tag!r}")
         manifests = named
     if len(manifests) == 1:
         return dict(manifests[0])
-    amd64 = [m for m in manifests if (m.get("platform") or {}).get("architecture") == "amd64"]
+    amd64 = [m for m in manifests if _nested(m, "platform", "architecture") == "amd64"]
     if len(amd64) != 1:
         raise ImageError(f"{what} lists {len(manifests)} manifests; name one with oci:DIR:TAG")
     return dict(amd64[0])
@@ -385,7 +390,7 @@ def _docker_image(files: _TarFiles, limits: Limits) -> Image:
     digest = f"sha256:{match.group()}"
     _verify(files, config_rel, digest, None, limits.max_json_bytes, "config")
     blob = _read_json(files, config_rel, limits, "config")
-    diff_ids = (blob.get("rootfs") or {}).get("diff_ids") if isinstance(blob, dict) else None
+    diff_ids = _nested(blob, "rootfs", "diff_ids")
     if not isinstance(diff_ids, list) or len(diff_ids) != len(layer_rels):
         raise ImageError("docker-archive config's rootfs.diff_ids do not match its layers")
     layers = [
@@ -424,6 +429,12 @@ def open_image(source: Source, limits: Limits | None = None) -> Iterator[Image]:
             yield _oci_image(files, source.tag, limits)
         else:
             yield _docker_image(files, limits)
+
+
+def _nested(value: Any, key: str, sub: str) -> Any:
+    """`value[key][sub]`, None where either is missing or not an object."""
+    inner = value.get(key) if isinstance(value, dict) else None
+    return inner.get(sub) if isinstance(inner, dict) else None
 
 
 def _string(config: dict[str, Any], key: str) -> str:
