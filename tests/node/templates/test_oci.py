@@ -181,3 +181,19 @@ def test_a_malformed_index_is_an_image_error(tmp_path: Path, index: bytes) -> No
     (root / "index.json").write_bytes(index)
     with pytest.raises(ImageError), open_image(Source.parse(f"oci:{root}")):
         pass
+
+
+def test_a_docker_archive_layer_linked_to_another_is_read_through_the_link(tmp_path: Path) -> None:
+    """Older `docker save` writes a repeated layer once and links the others to it."""
+    archive = docker_archive(tmp_path / "d.tar", [LOWER, LOWER])
+    linked = tmp_path / "linked.tar"
+    with tarfile.open(archive) as src, tarfile.open(linked, "w") as dst:
+        for member in src:
+            data = src.extractfile(member).read()  # type: ignore[union-attr]
+            if member.name == f"{1:064x}/layer.tar":
+                member = tarfile.TarInfo(member.name)
+                member.type, member.linkname = tarfile.SYMTYPE, f"../{0:064x}/layer.tar"
+                data = b""
+            dst.addfile(member, io.BytesIO(data))
+    with open_image(Source.parse(f"docker-archive:{linked}")) as image:
+        assert _layers(image) == [LOWER, LOWER]
