@@ -76,6 +76,17 @@ def test_an_image_becomes_an_ext4_root_with_owners_and_defaults(tmp_path: Path) 
     assert stat.S_IMODE(imported.rootfs.stat().st_mode) == 0o600
 
 
+def test_xattrs_reach_the_ext4_image(tmp_path: Path) -> None:
+    try:
+        os.setxattr(tmp_path, "user.probe", b"1")
+    except OSError:
+        pytest.skip("this filesystem has no user xattrs")
+    layer = layer_tar([file("tagged", "x", pax={"SCHILY.xattr.user.note": "kept"})])
+    source = f"oci-archive:{oci_layout([layer]).write_archive(tmp_path / 'x.tar')}"
+    imported = import_template(tmp_path / "cache", "xattrs", source)
+    assert 'user.note (4) = "kept"' in _debugfs(imported.rootfs, "ea_list /tagged")
+
+
 def test_a_second_import_is_a_cache_hit_and_the_newest_version_wins(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first = import_template(cache, "img", _archive(tmp_path))
