@@ -3,9 +3,9 @@
 Built-in templates (`templates.TEMPLATES`) are built from Debian packages; imported
 ones (`space template import`, `templates/registry.py`) are read from the node's
 registry on every lookup, so an import by another process is seen at once and the
-newest version of a name is the one a new sandbox gets. A template's aliases
-(`code-interpreter-v1`, E2B's name for `code-interpreter`) are names of their own
-for users, and the same image (and base snapshot) underneath.
+newest version of a name (whose image is still cached) is the one a new sandbox
+gets. A template's aliases (`code-interpreter-v1`, E2B's name for `code-interpreter`)
+are names of their own for users, and the same image (and base snapshot) underneath.
 """
 
 from __future__ import annotations
@@ -52,9 +52,10 @@ class TemplateCatalog:
         return self._images[name]
 
     def _imported(self, name: str) -> TemplateImage:
-        version = self.imported.newest(name) if name in self.imported.names() else None
-        if version is None:
-            raise UnknownTemplate(name, self.names())
-        return TemplateImage(
-            name, self.imported.image_dir(version.digest) / ROOTFS_FILE, version.digest
-        )
+        """The newest version whose image is still in the cache."""
+        versions = self.imported.versions(name) if name in self.imported.names() else []
+        for version in reversed(versions):
+            rootfs = self.imported.image_dir(version.digest) / ROOTFS_FILE
+            if rootfs.is_file():
+                return TemplateImage(name, rootfs, version.digest)
+        raise UnknownTemplate(name, self.names())

@@ -109,6 +109,10 @@ async def test_the_catalog_serves_imported_templates_next_to_built_in_ones(tmp_p
     image = await catalog.image("img")
     assert (image.rootfs, image.digest) == (imported.rootfs, imported.version.digest)
     assert catalog.spec("img").start_cmd is None
+    newer = import_template(cache, "img", _archive(tmp_path, "n.tar", Env=["N=1"]))
+    assert (await catalog.image("img")).digest == newer.version.digest
+    newer.rootfs.unlink()  # a pruned cache: the newest version still there is served
+    assert (await catalog.image("img")).digest == imported.version.digest
     with pytest.raises(UnknownTemplate):
         await catalog.image("nope")
 

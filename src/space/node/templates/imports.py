@@ -38,6 +38,9 @@ _ETC = {
 
 @dataclass(frozen=True)
 class Imported:
+    """What an import made: the version it added, its root disk and image record;
+    `cached` when the image had been built before."""
+
     name: str
     version: Version
     rootfs: Path

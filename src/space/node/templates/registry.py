@@ -79,6 +79,8 @@ class ImageRecord:
 
 @dataclass(frozen=True)
 class Version:
+    """One import of a template: the built image, the manifest it came from, when."""
+
     digest: str  # the built image's cache key (`<cache>/oci-template/<digest>`)
     manifest: str
     source: str
