@@ -70,7 +70,7 @@ def test_an_image_becomes_an_ext4_root_with_owners_and_defaults(tmp_path: Path) 
     assert defaults.env == {"GREETING": "hello", "PATH": "/usr/bin:/bin"}
     assert (defaults.user, defaults.workdir) == ("alice", "/srv/app")
     assert (imported.record.entrypoint, imported.record.cmd) == (("/bin/sh",), ("-c", "echo hi"))
-    for path in (cache / "imported", cache / "oci-template"):
+    for path in (cache / "imported", cache / "oci-template", imported.rootfs.parent):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700
     assert stat.S_IMODE((cache / "imported/myimage.json").stat().st_mode) == 0o600
     assert stat.S_IMODE(imported.rootfs.stat().st_mode) == 0o600

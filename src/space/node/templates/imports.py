@@ -86,6 +86,7 @@ def import_template(
 def _build(
     out: Path, image: oci.Image, source: oci.Source, limits: oci.Limits, report: Reporter
 ) -> None:
+    out.chmod(0o700)
     tree = out / "tree"
     tree.mkdir(mode=0o755)
     budget = layers.Budget(limits)
