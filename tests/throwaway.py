@@ -37,13 +37,15 @@ def built_images(cache_dir: Path = CACHE_DIR) -> tuple[GuestArtifacts, dict[str,
 
 
 @asynccontextmanager
-async def throwaway_node(data_dir: Path, label: str, **options: Any) -> AsyncIterator[LocalNode]:
+async def throwaway_node(
+    data_dir: Path, label: str, *, cache_dir: Path = CACHE_DIR, **options: Any
+) -> AsyncIterator[LocalNode]:
     """`label` (a few letters) names the run dir and prefixes the namespaces."""
-    await asyncio.to_thread(built_images)
+    await asyncio.to_thread(built_images, cache_dir)
     tag = secrets.token_hex(3)
     node = local_node(
         data_dir=data_dir,
-        cache_dir=CACHE_DIR,
+        cache_dir=cache_dir,
         accel=os.environ.get("SPACE_ACCEL", "tcg"),
         run_dir=Path(f"/run/space-{label}-{tag}"),
         net_prefix=f"{label}{tag}",

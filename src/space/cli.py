@@ -505,12 +505,44 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
 
 def cmd_template_ls(args: argparse.Namespace) -> int:
     from space.node.templates import TEMPLATES
+    from space.node.templates.registry import Registry
 
-    names = sorted(TEMPLATES)
+    imported = Registry(settings_from(args).cache_dir)
+    rows = [(n, "built-in", "") for n in sorted(TEMPLATES)]
+    for name in imported.names():
+        newest = imported.newest(name)
+        rows.append((name, "imported", newest.manifest if newest else ""))
     if args.json:
-        out(json.dumps([{"name": n} for n in names]))
+        out(json.dumps([{"name": n, "kind": k, "manifest": m or None} for n, k, m in rows]))
     else:
-        table([(n,) for n in names], ["NAME"])
+        table(rows, ["NAME", "KIND", "MANIFEST"])
+    return 0
+
+
+def cmd_template_import(args: argparse.Namespace) -> int:
+    from space.node.templates import BuildError
+    from space.node.templates.imports import import_template
+
+    progress = BuildProgress()
+    try:
+        imported = import_template(
+            settings_from(args).cache_dir,
+            args.name,
+            args.source,
+            progress=progress,
+        )
+    except (BuildError, OSError) as exc:
+        progress.finish()
+        err(f"import failed: {exc}")
+        return 1
+    progress.finish()
+    version = imported.version
+    state = "cached" if imported.cached else "imported"
+    if args.json:
+        out(json.dumps({"name": imported.name, "state": state, **asdict(version)}))
+    else:
+        table([(imported.name, version.manifest, version.digest, state)],
+              ["NAME", "MANIFEST", "DIGEST", "STATE"])  # fmt: skip
     return 0
 
 
@@ -605,7 +637,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     template = sub.add_parser("template", help="templates")
     tp = template.add_subparsers(dest="template_cmd", required=True)
-    _json_flag(_command(tp, "ls", cmd_template_ls, "list known templates"))
+    ls = _command(tp, "ls", cmd_template_ls, "list known templates (built-in and imported)")
+    ls.add_argument("--cache-dir", help="SPACE_CACHE_DIR")
+    _json_flag(ls)
+    imp = _command(tp, "import", cmd_template_import, "import a container image as a template")
+    imp.add_argument("name", help="[a-z0-9][a-z0-9-]{0,62}, not a built-in name")
+    imp.add_argument("source", help="oci:DIR[:TAG], oci-archive:PATH or docker-archive:PATH")
+    imp.add_argument("--cache-dir", help="SPACE_CACHE_DIR")
+    _json_flag(imp)
     build = _command(tp, "build", cmd_template_build, "build templates into the cache")
     build.add_argument("names", nargs="*", help="default: base busybox")
     build.add_argument("--cache-dir", help="SPACE_CACHE_DIR")

@@ -1,6 +1,8 @@
 """`AgentOps`: the `NodeClient` operations that are one agent call each.
 
-Exec and commands (the sandbox's env under the request's), whole-file reads and
+Exec and commands (an imported template's image defaults, `ProcessDefaults`, under
+the sandbox's env, under the request's; the image's user and working directory
+unless the request names its own), whole-file reads and
 writes, stat, list, mkdir, move, remove, watch, processes with a user / stdin
 choice / PTY, the process list and re-attaching. Every method finds the running
 sandbox's `AgentClient` on the host and turns the agent's file errors into the
@@ -18,6 +20,7 @@ from space.node.agent import AgentClient, AgentOperationError, AgentProcess, Wat
 from space.node.fileerrors import as_oserror
 from space.node.host import NodeHost
 from space.node.metrics import NodeMetrics
+from space.node.templates.registry import ProcessDefaults, Registry
 from space.seam.values import ExecRequest, ExecResult, FileInfo, ProcessInfo, WatchEvent
 
 
@@ -48,19 +51,23 @@ class AgentOps:
     def __init__(self, host: NodeHost, metrics: NodeMetrics) -> None:
         self._host = host
         self._metrics = metrics
+        self._imported = Registry(host.cache_dir)
+        self._defaults: dict[str, ProcessDefaults | None] = {}
 
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
         started = time.perf_counter()
         with as_oserror(request.cwd or (request.args or ("",))[0]):  # a refused start
             agent = await self._agent(sandbox_id)
-            result = await agent.exec(self._with_env(sandbox_id, request))
+            launch, user = self._with_defaults(sandbox_id, request, None)
+            result = await agent.exec(launch, user=user)
         self._metrics.executed(started)
         return result
 
     async def start_command(self, sandbox_id: str, request: ExecRequest) -> AgentProcess:
         with as_oserror(request.cwd or (request.args or ("",))[0]):
             agent = await self._agent(sandbox_id)
-            return await agent.start(self._with_env(sandbox_id, request))
+            launch, user = self._with_defaults(sandbox_id, request, None)
+            return await agent.start(launch, user=user)
 
     async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         with as_oserror(path):
@@ -111,7 +118,8 @@ class AgentOps:
         (no such user, program or cwd) is an `OSError`."""
         with as_oserror(request.cwd or (request.args or ("",))[0]):
             agent = await self._agent(sandbox_id)
-            return await agent.start(request, user=user, stdin=stdin)
+            launch, user = self._with_defaults(sandbox_id, request, user, sandbox_env=False)
+            return await agent.start(launch, user=user, stdin=stdin)
 
     async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
         agent = await self._agent(sandbox_id)
@@ -130,6 +138,28 @@ class AgentOps:
     async def _agent(self, sandbox_id: str) -> AgentClient:
         return await self._host.live_agent(sandbox_id)
 
-    def _with_env(self, sandbox_id: str, request: ExecRequest) -> ExecRequest:
-        env = self._host.sandbox(sandbox_id).record.env
-        return dataclasses.replace(request, env={**env, **request.env}) if env else request
+    def _with_defaults(
+        self, sandbox_id: str, request: ExecRequest, user: str | None, *, sandbox_env: bool = True
+    ) -> tuple[ExecRequest, str | None]:
+        """The request and user the agent gets: image defaults, then (`sandbox_env`) the
+        sandbox's env, then the request's own."""
+        record = self._host.sandbox(sandbox_id).record
+        env = record.env if sandbox_env else {}
+        defaults = self._image_defaults(record.template_digest)
+        if defaults is None:
+            return (
+                dataclasses.replace(request, env={**env, **request.env}) if env else request
+            ), user
+        launch = dataclasses.replace(
+            request,
+            env={**defaults.env, **env, **request.env},
+            cwd=request.cwd or defaults.workdir,
+        )
+        return launch, user if user is not None else defaults.user
+
+    def _image_defaults(self, template_digest: str) -> ProcessDefaults | None:
+        """An imported template's defaults (None for a built-in one), read once per digest."""
+        if template_digest not in self._defaults:
+            record = self._imported.record(template_digest)
+            self._defaults[template_digest] = record.defaults if record is not None else None
+        return self._defaults[template_digest]

@@ -1,7 +1,11 @@
 """`TemplateCatalog`: the templates this node can run, each image built once per process.
 
-A template's aliases (`code-interpreter-v1`, E2B's name for `code-interpreter`) are
-names of their own for users, and the same image (and base snapshot) underneath.
+Built-in templates (`templates.TEMPLATES`) are built from Debian packages; imported
+ones (`space template import`, `templates/registry.py`) are read from the node's
+registry on every lookup, so an import by another process is seen at once and the
+newest version of a name (whose image is still cached) is the one a new sandbox
+gets. A template's aliases (`code-interpreter-v1`, E2B's name for `code-interpreter`)
+are names of their own for users, and the same image (and base snapshot) underneath.
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ from pathlib import Path
 
 from space.node.publicbuild import build_public
 from space.node.templates import ALIASES, TEMPLATES, Progress, TemplateImage, build_template
+from space.node.templates.imports import IMPORTED_MEMORY_MIB, MIN_SIZE
+from space.node.templates.registry import ROOTFS_FILE, Registry
+from space.node.templates.rootfs import TemplateSpec
 from space.seam.errors import UnknownTemplate
 
 
@@ -19,17 +26,36 @@ class TemplateCatalog:
         self._cache_dir = cache_dir
         self._progress = progress
         self._images: dict[str, TemplateImage] = {}
+        self.imported = Registry(cache_dir)
 
     def names(self) -> list[str]:
-        return sorted([*TEMPLATES, *ALIASES])
+        return sorted({*TEMPLATES, *ALIASES, *self.imported.names()})
+
+    def spec(self, name: str) -> TemplateSpec:
+        """How the template's VMs are made (an imported one: the defaults, no start command)."""
+        name = ALIASES.get(name, name)
+        builtin = TEMPLATES.get(name)
+        if builtin is not None:
+            return builtin
+        return TemplateSpec(name, (), MIN_SIZE, memory_mib=IMPORTED_MEMORY_MIB)
 
     async def image(self, name: str) -> TemplateImage:
-        """The template's image, built once per node process (later lookups are free)."""
+        """The template's image: a built-in one built once per node process (later
+        lookups are free), an imported one its newest version."""
         name = ALIASES.get(name, name)
         if name not in TEMPLATES:
-            raise UnknownTemplate(name, self.names())
+            return self._imported(name)
         if name not in self._images:
             await build_public(self._cache_dir, name)
             image = await asyncio.to_thread(build_template, name, self._cache_dir, self._progress)
             self._images[name] = image
         return self._images[name]
+
+    def _imported(self, name: str) -> TemplateImage:
+        """The newest version whose image is still in the cache."""
+        versions = self.imported.versions(name) if name in self.imported.names() else []
+        for version in reversed(versions):
+            rootfs = self.imported.image_dir(version.digest) / ROOTFS_FILE
+            if rootfs.is_file():
+                return TemplateImage(name, rootfs, version.digest)
+        raise UnknownTemplate(name, self.names())

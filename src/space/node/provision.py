@@ -27,6 +27,7 @@ from space.node.records import SandboxRecord
 from space.node.sandbox import Sandbox
 from space.node.startup import start_template
 from space.node.templates import ALIASES, TEMPLATES, TemplateImage
+from space.node.templates.imports import IMPORTED_MEMORY_MIB
 from space.seam.errors import BootFailed
 from space.seam.values import SandboxObservation, SandboxSpec
 from space.tasks import TaskSet
@@ -39,7 +40,8 @@ WARM_VCPUS = 1
 
 def warm_memory_mib(template: str) -> int:
     """The size of a template's warm VMs: what its sandboxes get by default."""
-    return TEMPLATES[ALIASES.get(template, template)].memory_mib
+    spec = TEMPLATES.get(ALIASES.get(template, template))
+    return spec.memory_mib if spec is not None else IMPORTED_MEMORY_MIB
 
 
 class Provisioning:
@@ -203,7 +205,7 @@ class Provisioning:
             try:
                 agent = await AgentClient.connect(config.agent_socket, timeout=host.agent_timeout)
                 try:
-                    await start_template(agent, vm_id, TEMPLATES[image.name])
+                    await start_template(agent, vm_id, self._templates.spec(image.name))
                 finally:
                     await agent.close()
                 return await snapshotter.capture(vm, key, {"template": image.name})
