@@ -200,8 +200,8 @@ class NodeConfig(BaseSettings):
     run_dir: Path = Path("/run/space")
     net_prefix: str = Field(default="space", pattern=r"^[a-z][a-z0-9]{0,11}$")
     warm_pool: dict[str, int] = Field(default_factory=lambda: {"base": 2})
-    warm_pool_max: int = Field(default=8, ge=0, le=256)
-    warm_refill: int = Field(default=2, ge=1, le=16)
+    warm_pool_max: int = Field(default=0, ge=0, le=256)
+    warm_refill: int = Field(default=1, ge=1, le=16)
     warm_reserve_mib: int = Field(default=2048, ge=0, le=1 << 20)
     base_snapshots: bool = True
     pool_size: str = Field(

@@ -42,8 +42,8 @@ class WarmSizing:
     """`ceiling`: the most VMs demand grows a pool to (`SPACE_NODE_WARM_POOL_MAX`);
     `concurrency`: restores in flight at once (`SPACE_NODE_WARM_REFILL`)."""
 
-    ceiling: int = 8
-    concurrency: int = 2
+    ceiling: int = 0  # 0: no growth beyond the configured size
+    concurrency: int = 1
 
 
 @dataclass
