@@ -73,13 +73,16 @@ class LimitsConfig(BaseSettings):
 
 class ControllerConfig(BaseSettings):
     """Reconciler and expiry-sweep cadence (`SPACE_CONTROLLER_RECONCILE_INTERVAL`,
-    `SPACE_CONTROLLER_EXPIRY_INTERVAL`, ...)."""
+    `SPACE_CONTROLLER_EXPIRY_INTERVAL`, ...). A data-plane call records the sandbox's
+    activity when it starts and ends, at most every `activity_interval` seconds per
+    sandbox and API process: an idle suspend can come that much early at worst."""
 
     model_config = SettingsConfigDict(env_prefix="SPACE_CONTROLLER_", extra="ignore")
 
     reconcile_interval: float = Field(default=5.0, gt=0)
     restart_backoff: float = Field(default=1.0, gt=0)
     expiry_interval: float = Field(default=1.0, gt=0)
+    activity_interval: float = Field(default=0.25, ge=0, le=60)
 
 
 class RecoveryConfig(BaseSettings):

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from space.api.app import create_app
 from space.config import ControllerConfig, Settings
 from space.control.controller import Controller
-from space.control.expiry import Expire, Expiry, ExpiryRow, due
+from space.control.expiry import RECORDED_MAX, Activity, Expire, Expiry, ExpiryRow, due
 from space.store.db import Database
 from space.store.keys import KeyRepo
 from space.store.models import Sandbox, utcnow
@@ -35,7 +35,10 @@ def power_node() -> PowerNode:
 
 
 def _app(settings: Settings, node: PowerNode, *, run_controller: bool = False) -> FastAPI:
-    return create_app(settings, node, run_controller=run_controller)
+    """Every call writes its activity: these tests move time by ageing rows."""
+    controller = settings.controller.model_copy(update={"activity_interval": 0.0})
+    every_call = settings.model_copy(update={"controller": controller})
+    return create_app(every_call, node, run_controller=run_controller)
 
 
 @pytest.fixture
@@ -418,3 +421,15 @@ def test_due_prefers_the_deadline_and_skips_busy_sandboxes() -> None:
     ]
     actions = {a.sandbox_id: a.kind for a in due(rows, frozenset({"busy"}), now)}
     assert actions == {"idle": Expire.IDLE, "both": Expire.TIMEOUT_KILL}
+
+
+def test_activity_is_written_at_most_once_per_interval_and_the_memo_is_bounded() -> None:
+    """A short call's end falls within its start's record: one write, not two."""
+    activity = Activity(record_every=3600)
+    assert activity.due("sbx-a")
+    assert not activity.due("sbx-a")
+    assert activity.due("sbx-b")
+    for n in range(RECORDED_MAX):
+        activity.due(f"sbx-{n}")
+    assert activity.due("sbx-a")  # a full memo of recent entries starts over
+    assert all(Activity(record_every=0).due("sbx-a") for _ in range(3))

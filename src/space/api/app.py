@@ -50,7 +50,7 @@ def create_app(
     answer 503. `metrics_from` adds collectors to `/metrics` (the in-process
     gateway's counters)."""
     db = db or open_database(settings)
-    activity = Activity()
+    activity = Activity(settings.controller.activity_interval)
     credential_service = CredentialService(settings, db)
     pushes = CredentialPush(credential_service, db, node, settings.timeouts.node_call)
     audit = AuditCopy(db, credential_service.audit_file, node, settings.timeouts.node_call)

@@ -100,15 +100,17 @@ def _data_plane_sandbox(sandbox: SandboxDep, state: StateDep) -> Iterator[Sandbo
     """The caller's sandbox for a data-plane call, which is activity (idle
     auto-suspend): recorded when it starts and when it ends (after a streamed
     response), and held in `state.activity` while it runs."""
-    with state.db.session() as session:
-        SandboxRepo(session).touch(sandbox.id)
+    if state.activity.due(sandbox.id):
+        with state.db.session() as session:
+            SandboxRepo(session).touch(sandbox.id)
     try:
         with state.activity.hold(sandbox.id):
             yield sandbox
     finally:
         try:
-            with state.db.session() as session:
-                SandboxRepo(session).touch(sandbox.id)
+            if state.activity.due(sandbox.id):
+                with state.db.session() as session:
+                    SandboxRepo(session).touch(sandbox.id)
         except DatabaseUnavailable:
             pass  # the call's answer is already out; its start was recorded
 

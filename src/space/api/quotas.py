@@ -27,7 +27,8 @@ def admit_sandbox(session: Session, config: QuotaConfig, principal: Principal) -
 
 
 def admit_command(session: Session, config: QuotaConfig, org_id: str, sandbox_id: str) -> None:
-    limits = config.for_org(quotas.org_name(session, org_id))
+    name = quotas.org_name(session, org_id) if config.orgs else ""  # only overrides need it
+    limits = config.for_org(name)
     try:
         quotas.admit_command(
             session,

@@ -28,6 +28,7 @@ import asyncio
 import logging
 import math
 import threading
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -57,15 +58,35 @@ S = SandboxState
 LIVE_VM = frozenset({S.RUNNING, S.PAUSED})
 WATCHED = LIVE_VM | {S.SUSPENDED}
 KILLED = "timeout: the sandbox reached its deadline"
+#: How many sandboxes' last write `Activity.due` remembers.
+RECORDED_MAX = 4096
 
 
 class Activity:
-    """Data-plane calls in flight in this process, per sandbox. Thread-safe: FastAPI
-    runs sync dependencies in worker threads."""
+    """Data-plane calls in flight in this process, per sandbox, and when this process
+    last recorded a sandbox's activity (`due`). Thread-safe: FastAPI runs sync
+    dependencies in worker threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, record_every: float = 0.0) -> None:
         self._lock = threading.Lock()
         self._calls: Counter[str] = Counter()
+        self._record_every = record_every
+        self._recorded: dict[str, float] = {}
+
+    def due(self, sandbox_id: str) -> bool:
+        """Whether the sandbox's `last_activity_at` should be written now: not if this
+        process wrote it less than `record_every` seconds ago (a short call's end
+        falls within its start's record). True claims the write."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._recorded.get(sandbox_id, -math.inf) < self._record_every:
+                return False
+            if len(self._recorded) >= RECORDED_MAX:  # only recent entries matter
+                cutoff = now - self._record_every
+                recent = {sid: at for sid, at in self._recorded.items() if at >= cutoff}
+                self._recorded = recent if len(recent) < RECORDED_MAX else {}
+            self._recorded[sandbox_id] = now
+            return True
 
     @contextmanager
     def hold(self, sandbox_id: str) -> Iterator[None]:

@@ -9,7 +9,7 @@ caller then counts and inserts in the same transaction.
 
 from __future__ import annotations
 
-from sqlalchemy import func, select, update
+from sqlalchemy import case, func, select, update
 from sqlalchemy.orm import Session
 
 from space.store.commands import CommandState
@@ -48,16 +48,17 @@ def live_sandboxes(session: Session, org_id: str) -> int:
     return int(session.scalar(query) or 0)
 
 
-def running_commands(session: Session, org_id: str, sandbox_id: str | None = None) -> int:
+def running_commands(session: Session, org_id: str, sandbox_id: str) -> tuple[int, int]:
+    """The org's running commands, and how many of them run in `sandbox_id`: one query."""
+    in_sandbox = func.sum(case((Command.sandbox_id == sandbox_id, 1), else_=0))
     query = (
-        select(func.count())
+        select(func.count(), in_sandbox)
         .select_from(Command)
         .join(Sandbox, Sandbox.id == Command.sandbox_id)
         .where(Sandbox.org_id == org_id, Command.state == CommandState.RUNNING.value)
     )
-    if sandbox_id is not None:
-        query = query.where(Command.sandbox_id == sandbox_id)
-    return int(session.scalar(query) or 0)
+    org, sandbox = session.execute(query).one()
+    return int(org or 0), int(sandbox or 0)
 
 
 def admit_sandbox(session: Session, org_id: str, limit: int) -> None:
@@ -72,7 +73,8 @@ def admit_command(
 ) -> None:
     """Lock the org and raise QuotaExceeded if a running-command limit is reached."""
     lock_org(session, org_id)
-    if running_commands(session, org_id, sandbox_id) >= per_sandbox:
+    in_org, in_sandbox = running_commands(session, org_id, sandbox_id)
+    if in_sandbox >= per_sandbox:
         raise QuotaExceeded("commands_per_sandbox", per_sandbox, f"sandbox {sandbox_id}")
-    if running_commands(session, org_id) >= per_org:
+    if in_org >= per_org:
         raise QuotaExceeded("commands_per_org", per_org, f"org {org_id}")
