@@ -2,10 +2,11 @@
 
 Each node's gateway chains its own decisions (`allow`, `deny: <why>`, `rate_limited`,
 ...) into `audit/gateway-<prefix>.jsonl` on that node (`AuditChain`, continued across
-restarts). After every reconcile pass `AuditCopy.pull` asks the node for the records
-after that chain's cursor and appends them to the database chain, with their own
-time, `who`, sandbox, credential, host, method, path and latency, moving the cursor
-in the same transaction: each record lands once, and a crash mid-copy repeats none.
+restarts). After every reconcile pass `AuditCopy.pull` asks the node (each member
+of a `Cluster`) for the records after that chain's cursor and appends them to the
+database chain, with their own time, `who`, sandbox, credential, host, method, path
+and latency, moving the cursor in the same transaction: each record lands once, and a
+crash mid-copy repeats none.
 `/v1/credentials/audit` and `space audit verify` then cover the wire too.
 
 Bounded: `BATCH` records a call, `BATCHES` calls a pass (a backlog drains over
@@ -20,6 +21,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from space.control.cluster import Cluster
 from space.credentials.audit import AuditEvent, AuditFile, AuditFileError, AuditRecord
 from space.seam.protocol import NodeClient
 from space.seam.values import AuditBatch, SandboxObservation
@@ -44,12 +46,17 @@ class AuditCopy:
 
     async def pull(self, _observed: Sequence[SandboxObservation] = ()) -> None:
         """Copy what the node's gateway chained since the last pass (never raises)."""
-        if self._node is None:
-            return
-        try:
-            await self._copy(self._node)
-        except Exception as exc:  # the next pass tries again from the same cursor
-            log.error("credential audit: copying the gateway's records failed: %s", exc)
+        for node in self._sources():
+            try:
+                await self._copy(node)
+            except Exception as exc:  # the next pass tries again from the same cursor
+                log.error("credential audit: copying the gateway's records failed: %s", exc)
+
+    def _sources(self) -> list[NodeClient]:
+        """The node, or each member of a cluster (every node keeps its own chain)."""
+        if isinstance(self._node, Cluster):
+            return list(self._node.members().values())
+        return [] if self._node is None else [self._node]
 
     async def _copy(self, node: NodeClient) -> None:
         probe = await self._ask(node, 0, 0)

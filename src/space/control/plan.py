@@ -18,6 +18,7 @@ Every row state has a way forward from what the node holds (`running`, `paused`,
 | any but creating         | lost (nothing, stopped, broken)   | fail                |
 | deleting                 | anything                          | finish delete       |
 | error                    | anything                          | destroy             |
+| any                      | unreachable (its node is silent)  | none: wait          |
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ def plan(
 def _for_row(row: RowSnapshot, obs: SandboxObservation | None) -> Action | None:
     state = SandboxState(row.state)
     holds = STABLE.get(obs.state) if obs is not None else None
+    if obs is not None and obs.state == "unreachable":
+        return None  # its node does not answer: wait until it does, or is lost
     if state is S.DELETING:
         return Action(Verb.FINISH_DELETE, row.sandbox_id, row.generation)
     if state is S.CREATING:

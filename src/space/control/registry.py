@@ -44,6 +44,7 @@ class NodeIdentity:
 async def capacity(node: NodeClient, data_dir: Path, timeout: float) -> Capacity:
     async with asyncio.timeout(timeout):
         observed = await node.observe()
+        templates = await node.templates()
     disk = shutil.disk_usage(data_dir)
     pools = {s.template: WarmPool(target=s.target, ready=s.ready) for s in node.warm_pool_stats()}
     return Capacity(
@@ -53,6 +54,7 @@ async def capacity(node: NodeClient, data_dir: Path, timeout: float) -> Capacity
         disk_free_bytes=disk.free,
         sandboxes=len(observed),
         warm_pools=pools,
+        templates=tuple(templates),
     )
 
 

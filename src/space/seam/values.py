@@ -6,7 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-ObservedState = Literal["creating", "running", "paused", "suspended", "stopped", "error"]
+#: `unreachable`: reported by `space.control.cluster` for a sandbox whose node does not
+#: answer (not lost yet): the reconciler leaves it alone.
+ObservedState = Literal[
+    "creating", "running", "paused", "suspended", "stopped", "error", "unreachable"
+]
 EventKind = Literal["stdout", "stderr", "exit"]
 FileType = Literal["file", "dir", "symlink", "other"]
 WatchEventType = Literal["create", "write", "remove", "rename", "chmod", "overflow"]

@@ -108,6 +108,9 @@ class Sandbox(Base):
     last_activity_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
     request_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: The node it was placed on (`space.control.cluster`); None: not placed yet, or
+    #: created by a single-node deployment, where there is one node to ask.
+    node: Mapped[str | None] = mapped_column(String(253), nullable=True, index=True)
 
 
 class Command(Base):

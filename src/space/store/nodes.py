@@ -61,6 +61,8 @@ class Capacity:
     disk_free_bytes: int
     sandboxes: int = 0
     warm_pools: dict[str, WarmPool] = field(default_factory=dict)
+    #: The templates it can create from (empty: not reported, as by an older node).
+    templates: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,6 +77,7 @@ class Capacity:
             disk_free_bytes=int(data.get("disk_free_bytes", 0)),
             sandboxes=int(data.get("sandboxes", 0)),
             warm_pools=pools,
+            templates=tuple(str(name) for name in data.get("templates", ())),
         )
 
 

@@ -1,0 +1,350 @@
+"""`Cluster`: one `NodeClient` over every node of the registry.
+
+The control plane (the `/v1` and E2B fronts, the controller) talks to a `Cluster`
+exactly as it talks to one node. `create_sandbox` places the sandbox
+(`space.control.placement.choose`), records the node in `sandboxes.node` before it
+asks that node, and a retried create (after a crash) goes back to the same node
+unless that node is lost. Every call naming a sandbox goes to the node its row names.
+
+`observe` asks every member at once, each bounded by `call_timeout`:
+
+- a node that answers reports its own sandboxes; one it holds that the database
+  places elsewhere (a create that was placed again after its node was lost, say) is a
+  stray and destroyed there, never reported;
+- for a node that does not answer, its sandboxes are reported `unreachable`: the
+  reconciler leaves them alone until the node answers again or is lost;
+- for a node the registry marks lost (`space.control.registry`), its running and
+  paused sandboxes are reported `error` naming the node, so the reconciler marks them
+  failed with that reason; a create placed there is placed again; a delete finishes
+  without it (there is nothing left to ask). A suspended sandbox stays suspended: its
+  snapshot lives on that node's disk (no shared snapshot store yet).
+
+Members are built by `connect(node)` from the registry (`refresh`, at most every
+`refresh_seconds`): a node that registers joins, one whose address changes is
+connected again, one that leaves the registry is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from space.control.placement import choose
+from space.seam.errors import SandboxNotFound, SandboxUnavailable
+from space.seam.protocol import CommandHandle, NodeClient, WatchStream
+from space.seam.values import (
+    AuditBatch,
+    CredentialGrant,
+    EgressRecord,
+    ExecRequest,
+    ExecResult,
+    FileInfo,
+    ProcessInfo,
+    SandboxObservation,
+    SandboxSpec,
+    WarmPoolStats,
+)
+from space.store.db import Database
+from space.store.models import Sandbox
+from space.store.nodes import NodeInfo, NodeRepo, NodeState
+from space.store.placements import PlacementRepo
+from space.store.states import SandboxState
+
+log = logging.getLogger(__name__)
+
+S = SandboxState
+
+#: Row states whose sandbox a lost node took with it (reported `error`).
+TAKEN_BY_LOSS = frozenset({S.RUNNING.value, S.PAUSED.value, S.SUSPENDING.value, S.RESTORING.value})
+
+
+class MemberNode(NodeClient, Protocol):
+    """A node the cluster opens when it joins and closes when it leaves (`RemoteNode`)."""
+
+    async def open(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass
+class Member:
+    info: NodeInfo
+    client: MemberNode
+
+
+@dataclass(frozen=True)
+class _Row:
+    node: str | None
+    state: str
+    template: str
+
+
+class Cluster:
+    def __init__(
+        self,
+        db: Database,
+        connect: Callable[[NodeInfo], MemberNode],
+        *,
+        call_timeout: float,
+        refresh_seconds: float = 5.0,
+    ) -> None:
+        self._db = db
+        self._connect = connect
+        self._call_timeout = call_timeout
+        self._refresh_seconds = refresh_seconds
+        self._members: dict[str, Member] = {}
+        self._nodes: dict[str, NodeInfo] = {}
+        self._refreshed = -float("inf")
+        self._lock = asyncio.Lock()
+
+    # -- membership ------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self.refresh(force=True)
+
+    async def aclose(self) -> None:
+        members, self._members = list(self._members.values()), {}
+        for member in members:
+            await member.client.aclose()
+
+    def members(self) -> Mapping[str, NodeClient]:
+        return {name: member.client for name, member in self._members.items()}
+
+    async def refresh(self, *, force: bool = False) -> None:
+        """Bring the members in line with the registry (at most every
+        `refresh_seconds` unless `force`)."""
+        async with self._lock:
+            if not force and time.monotonic() - self._refreshed < self._refresh_seconds:
+                return
+            nodes = await asyncio.to_thread(self._read_registry)
+            self._nodes = {node.name: node for node in nodes}
+            for name in [n for n in self._members if n not in self._nodes]:
+                await self._members.pop(name).client.aclose()
+            for node in nodes:
+                await self._join(node)
+            self._refreshed = time.monotonic()
+
+    async def _join(self, node: NodeInfo) -> None:
+        member = self._members.get(node.name)
+        if member is not None and member.info.address == node.address:
+            member.info = node
+            return
+        if member is not None:
+            await member.client.aclose()
+        client = self._connect(node)
+        await client.open()
+        self._members[node.name] = Member(node, client)
+
+    def _read_registry(self) -> list[NodeInfo]:
+        with self._db.session() as session:
+            return NodeRepo(session).all()
+
+    # -- placement and routing -------------------------------------------------------
+
+    async def create_sandbox(self, spec: SandboxSpec) -> SandboxObservation:
+        await self.refresh()
+        name = await asyncio.to_thread(self._place, spec)
+        return await self._members[name].client.create_sandbox(spec)
+
+    def _place(self, spec: SandboxSpec) -> str:
+        """The node `spec` is created on: its recorded one, unless that node is lost
+        or gone; otherwise a new choice, recorded before any node is asked."""
+        with self._db.session() as session:
+            placements = PlacementRepo(session)
+            placed = placements.node_of(spec.sandbox_id)
+            if placed is not None and self._usable(placed):
+                return placed
+            nodes = [m.info for m in self._members.values()]
+            chosen = choose(nodes, spec.template, placements.load()).name
+            placements.place(spec.sandbox_id, chosen)
+        log.info("sandbox %s placed on node %s", spec.sandbox_id, chosen)
+        return chosen
+
+    def _usable(self, name: str) -> bool:
+        member = self._members.get(name)
+        return member is not None and member.info.state is not NodeState.LOST
+
+    def _on(self, sandbox_id: str) -> NodeClient:
+        """The member holding `sandbox_id` (SandboxUnavailable while its node is lost
+        or unknown; SandboxNotFound when no node holds it)."""
+        with self._db.session() as session:
+            name = PlacementRepo(session).node_of(sandbox_id)
+        if name is None:
+            if len(self._members) == 1:  # made before placement existed, by the one node
+                return next(iter(self._members.values())).client
+            raise SandboxNotFound(sandbox_id)
+        member = self._members.get(name)
+        if member is None or member.info.state is NodeState.LOST:
+            raise SandboxUnavailable(sandbox_id, "unreachable", f"its node {name} is lost")
+        return member.client
+
+    # -- observation -----------------------------------------------------------------
+
+    async def observe(self) -> list[SandboxObservation]:
+        await self.refresh()
+        rows = await asyncio.to_thread(self._live_rows)
+        live = [m for m in self._members.values() if m.info.state is not NodeState.LOST]
+        answers = await asyncio.gather(*(self._observe(m) for m in live))
+        observed: list[SandboxObservation] = []
+        silent: set[str] = set()
+        for member, answer in zip(live, answers, strict=True):
+            if answer is None:
+                silent.add(member.info.name)
+                continue
+            observed += await self._own(member, answer, rows)
+        return observed + self._absent(rows, silent)
+
+    async def _observe(self, member: Member) -> list[SandboxObservation] | None:
+        try:
+            async with asyncio.timeout(self._call_timeout):
+                return await member.client.observe()
+        except Exception as exc:  # one silent node never stops the pass
+            log.warning("node %s does not answer: %s", member.info.name, exc)
+            return None
+
+    async def _own(
+        self, member: Member, answer: list[SandboxObservation], rows: dict[str, _Row]
+    ) -> list[SandboxObservation]:
+        """`answer` less the strays: sandboxes the database places on another node."""
+        name = member.info.name
+        own = []
+        for obs in answer:
+            row = rows.get(obs.sandbox_id)
+            if row is not None and row.node is not None and row.node != name:
+                log.info(
+                    "node %s: destroying stray %s (placed on %s)", name, obs.sandbox_id, row.node
+                )
+                await self._quietly(member.client.destroy_sandbox(obs.sandbox_id))
+                continue
+            own.append(obs)
+        return own
+
+    def _absent(self, rows: dict[str, _Row], silent: set[str]) -> list[SandboxObservation]:
+        """Observations for the sandboxes of silent and lost nodes."""
+        result = []
+        for sandbox_id, row in rows.items():
+            if row.node is None or row.node not in self._nodes:
+                continue
+            if row.node in silent:
+                why = f"node {row.node} does not answer"
+                result.append(SandboxObservation(sandbox_id, "unreachable", row.template, why))
+            elif self._nodes[row.node].state is NodeState.LOST and row.state in TAKEN_BY_LOSS:
+                why = f"node {row.node} is lost (no heartbeat)"
+                result.append(SandboxObservation(sandbox_id, "error", row.template, why))
+        return result
+
+    def _live_rows(self) -> dict[str, _Row]:
+        with self._db.session() as session:
+            query = session.query(Sandbox.id, Sandbox.node, Sandbox.state, Sandbox.template)
+            query = query.filter(Sandbox.state != S.DELETED.value)
+            return {sid: _Row(node, state, template) for sid, node, state, template in query}
+
+    async def _quietly(self, call: Awaitable[Any]) -> None:
+        try:
+            async with asyncio.timeout(self._call_timeout):
+                await call
+        except Exception as exc:
+            log.warning("cluster: %s", exc)
+
+    # -- node-wide calls -------------------------------------------------------------
+
+    async def templates(self) -> list[str]:
+        answers = await asyncio.gather(*(self._quiet_templates(m) for m in self._members.values()))
+        return sorted({name for names in answers for name in names})
+
+    async def _quiet_templates(self, member: Member) -> list[str]:
+        try:
+            async with asyncio.timeout(self._call_timeout):
+                return await member.client.templates()
+        except Exception as exc:
+            log.warning("node %s: templates: %s", member.info.name, exc)
+            return []
+
+    def warm_pool_stats(self) -> list[WarmPoolStats]:
+        return [stats for m in self._members.values() for stats in m.client.warm_pool_stats()]
+
+    async def credential_audit(self, after: int, limit: int) -> AuditBatch:
+        """Each node keeps a chain of its own: `AuditCopy` copies them member by member
+        (`members()`); asked as one node, a cluster holds none."""
+        return AuditBatch(source="cluster", head=0)
+
+    # -- calls on one sandbox --------------------------------------------------------
+
+    async def destroy_sandbox(self, sandbox_id: str) -> None:
+        try:
+            node = self._on(sandbox_id)
+        except SandboxUnavailable:
+            return  # its node is lost: nothing is left there to destroy
+        await node.destroy_sandbox(sandbox_id)
+
+    async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+        return await self._on(sandbox_id).exec(sandbox_id, request)
+
+    async def start_command(self, sandbox_id: str, request: ExecRequest) -> CommandHandle:
+        return await self._on(sandbox_id).start_command(sandbox_id, request)
+
+    def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        return self._on(sandbox_id).read_file(sandbox_id, path)
+
+    async def write_file(self, sandbox_id: str, path: str, chunks: AsyncIterable[bytes]) -> int:
+        return await self._on(sandbox_id).write_file(sandbox_id, path, chunks)
+
+    async def pause_sandbox(self, sandbox_id: str) -> None:
+        await self._on(sandbox_id).pause_sandbox(sandbox_id)
+
+    async def resume_sandbox(self, sandbox_id: str) -> None:
+        await self._on(sandbox_id).resume_sandbox(sandbox_id)
+
+    async def suspend_sandbox(self, sandbox_id: str) -> None:
+        await self._on(sandbox_id).suspend_sandbox(sandbox_id)
+
+    async def restore_sandbox(self, sandbox_id: str) -> None:
+        await self._on(sandbox_id).restore_sandbox(sandbox_id)
+
+    async def set_network_policy(self, sandbox_id: str, policy: dict[str, Any] | None) -> None:
+        await self._on(sandbox_id).set_network_policy(sandbox_id, policy)
+
+    async def set_credentials(self, sandbox_id: str, grant: CredentialGrant) -> None:
+        await self._on(sandbox_id).set_credentials(sandbox_id, grant)
+
+    async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
+        return await self._on(sandbox_id).egress_audit(sandbox_id, limit)
+
+    async def open_port(
+        self, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await self._on(sandbox_id).open_port(sandbox_id, port)
+
+    async def stat(self, sandbox_id: str, path: str) -> FileInfo:
+        return await self._on(sandbox_id).stat(sandbox_id, path)
+
+    async def list_dir(self, sandbox_id: str, path: str, depth: int = 1) -> list[FileInfo]:
+        return await self._on(sandbox_id).list_dir(sandbox_id, path, depth)
+
+    async def make_dir(self, sandbox_id: str, path: str) -> bool:
+        return await self._on(sandbox_id).make_dir(sandbox_id, path)
+
+    async def move(self, sandbox_id: str, src: str, dst: str) -> None:
+        await self._on(sandbox_id).move(sandbox_id, src, dst)
+
+    async def remove(self, sandbox_id: str, path: str) -> None:
+        await self._on(sandbox_id).remove(sandbox_id, path)
+
+    def watch(self, sandbox_id: str, path: str, recursive: bool = False) -> WatchStream:
+        return self._on(sandbox_id).watch(sandbox_id, path, recursive)
+
+    async def start_process(
+        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool
+    ) -> CommandHandle:
+        node = self._on(sandbox_id)
+        return await node.start_process(sandbox_id, request, user=user, stdin=stdin)
+
+    async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
+        return await self._on(sandbox_id).processes(sandbox_id)
+
+    async def attach(self, sandbox_id: str, pid: int) -> CommandHandle:
+        return await self._on(sandbox_id).attach(sandbox_id, pid)
