@@ -1,0 +1,383 @@
+"""`RemoteNode`: the `NodeClient` of a `space node` reached over HTTP (httpx).
+
+Every call is a request to the node's server (`space.node.server`), its arguments
+and results in the seam's wire format (`wire`). Streams stay streams end to end:
+`read_file` yields the response body as it arrives, `write_file` sends its chunks
+as a chunked request body, process handles and watches read NDJSON lines (each at
+most `max_message_bytes`), `open_port` is a WebSocket (`tunnel`). One pooled
+`httpx.AsyncClient` with keep-alive; unary calls are bounded by `call_timeout`,
+`exec` by its own timeout, streams by their process.
+
+Errors: what the node raised comes back as the same class (`wire.decode_error`);
+a node that cannot be reached, resets the connection or times out is
+`NodeUnreachable` (a `NodeError`: the API answers 502 naming the node); a node
+answering outside the wire format is a `NodeError`.
+
+`warm_pool_stats` is synchronous in the protocol: here it is what the node reported
+on the last `observe` (both are fetched together).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from typing import Any, TypeVar
+
+import httpx
+
+from space.seam import wire
+from space.seam.errors import NodeError, NodeUnreachable
+from space.seam.protocol import CommandHandle, WatchStream
+from space.seam.tunnel import open_tunnel
+from space.seam.values import (
+    AuditBatch,
+    CredentialGrant,
+    EgressRecord,
+    ExecRequest,
+    ExecResult,
+    FileInfo,
+    ProcessEvent,
+    ProcessInfo,
+    SandboxObservation,
+    SandboxSpec,
+    WarmPoolStats,
+    WatchEvent,
+)
+
+R = TypeVar("R")
+EXEC_MARGIN = 30.0  # seconds an exec's answer may take past its own timeout
+
+
+class RemoteNode:
+    """A node over HTTP; `open()` before the first call, `aclose()` at the end."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        connect_timeout: float = 5.0,
+        call_timeout: float = 300.0,
+        max_message_bytes: int = 64 << 20,
+        max_connections: int = 64,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self._connect_timeout = connect_timeout
+        self._call_timeout = call_timeout
+        self.max_message_bytes = max_message_bytes
+        self._max_connections = max_connections
+        self._http: httpx.AsyncClient | None = None
+        self._warm: list[WarmPoolStats] = []
+        self._tunnels: set[asyncio.Task[None]] = set()
+
+    async def open(self) -> None:
+        timeout = httpx.Timeout(self._call_timeout, connect=self._connect_timeout)
+        limits = httpx.Limits(
+            max_connections=self._max_connections, max_keepalive_connections=self._max_connections
+        )
+        self._http = httpx.AsyncClient(
+            base_url=self.url,
+            headers={"authorization": f"Bearer {self._token}"},
+            timeout=timeout,
+            limits=limits,
+            trust_env=False,
+        )
+
+    async def aclose(self) -> None:
+        for task in list(self._tunnels):
+            task.cancel()
+        if self._tunnels:
+            await asyncio.wait(self._tunnels, timeout=5)
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    # -- plumbing --------------------------------------------------------------------
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        if self._http is None:
+            raise NodeUnreachable(self.url, "the client is not open")
+        return self._http
+
+    @contextmanager
+    def converted(self) -> Iterator[None]:
+        """httpx's transport errors as `NodeUnreachable`, malformed answers as `NodeError`."""
+        try:
+            yield
+        except httpx.TransportError as exc:
+            raise NodeUnreachable(self.url, f"{type(exc).__name__}: {exc}") from exc
+        except wire.WireError as exc:
+            raise NodeError(f"node {self.url} answered outside the seam's format: {exc}") from exc
+
+    async def call(self, call: wire.Call[R], timeout: float | None = None, **args: Any) -> R:
+        """One unary call (`timeout`: the read timeout, else `call_timeout`)."""
+        with self.converted():
+            response = await self.http.post(
+                call.path,
+                content=call.encode_args(**args),
+                headers={"content-type": "application/json"},
+                timeout=httpx.Timeout(timeout or self._call_timeout, connect=self._connect_timeout),
+            )
+            data = wire.loads(response.content, self.max_message_bytes)
+        if response.status_code != 200:
+            raise wire.decode_error(data)
+        with self.converted():
+            return call.decode_result(data)
+
+    @asynccontextmanager
+    async def stream(self, call: wire.Call[Any], **args: Any) -> AsyncIterator[httpx.Response]:
+        """A streamed answer, opened (its error raised) and closed at the end."""
+        request = self.http.build_request(
+            "POST",
+            call.path,
+            content=call.encode_args(**args),
+            headers={"content-type": "application/json"},
+            timeout=httpx.Timeout(None, connect=self._connect_timeout),
+        )
+        with self.converted():
+            response = await self.http.send(request, stream=True)
+        try:
+            if response.status_code != 200:
+                with self.converted():
+                    raise wire.decode_error(await self._bounded(response))
+            yield response
+        finally:
+            await response.aclose()
+
+    async def _bounded(self, response: httpx.Response) -> Any:
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > self.max_message_bytes:
+                raise wire.TooLarge(self.max_message_bytes)
+        return wire.loads(bytes(body), self.max_message_bytes)
+
+    async def lines(self, response: httpx.Response) -> AsyncIterator[Any]:
+        """The NDJSON lines of a streamed answer, each parsed (and bounded)."""
+        buffer = bytearray()
+        with self.converted():
+            async for chunk in response.aiter_bytes():
+                buffer += chunk
+                while (end := buffer.find(b"\n")) >= 0:
+                    line = bytes(buffer[:end])
+                    del buffer[: end + 1]
+                    yield wire.loads(line, self.max_message_bytes)
+                if len(buffer) > self.max_message_bytes:
+                    raise wire.TooLarge(self.max_message_bytes)
+
+    # -- the seam --------------------------------------------------------------------
+
+    async def templates(self) -> list[str]:
+        return await self.call(wire.TEMPLATES)
+
+    def warm_pool_stats(self) -> list[WarmPoolStats]:
+        return list(self._warm)
+
+    async def create_sandbox(self, spec: SandboxSpec) -> SandboxObservation:
+        return await self.call(wire.CREATE, spec=spec)
+
+    async def destroy_sandbox(self, sandbox_id: str) -> None:
+        await self.call(wire.DESTROY, sandbox_id=sandbox_id)
+
+    async def observe(self) -> list[SandboxObservation]:
+        observed, self._warm = await asyncio.gather(
+            self.call(wire.OBSERVE), self.call(wire.WARM_POOL_STATS)
+        )
+        return observed
+
+    async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+        timeout = None if request.timeout is None else request.timeout + EXEC_MARGIN
+        return await self.call(
+            wire.EXEC, timeout=timeout or 86400.0, sandbox_id=sandbox_id, request=request
+        )
+
+    async def start_command(self, sandbox_id: str, request: ExecRequest) -> CommandHandle:
+        return await self._process(wire.START_COMMAND, sandbox_id=sandbox_id, request=request)
+
+    async def start_process(
+        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool
+    ) -> CommandHandle:
+        return await self._process(
+            wire.START_PROCESS, sandbox_id=sandbox_id, request=request, user=user, stdin=stdin
+        )
+
+    async def attach(self, sandbox_id: str, pid: int) -> CommandHandle:
+        return await self._process(wire.ATTACH, sandbox_id=sandbox_id, pid=pid)
+
+    async def _process(self, call: wire.Call[Any], **args: Any) -> CommandHandle:
+        stack = AsyncExitStack()
+        lines = self.lines(await stack.enter_async_context(self.stream(call, **args)))
+        try:
+            with self.converted():
+                first = wire.decode(wire.Opened, await anext(lines))
+        except BaseException:
+            await stack.aclose()
+            raise
+        return RemoteCommand(self, first, lines, stack)
+
+    async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        async with self.stream(wire.READ_FILE, sandbox_id=sandbox_id, path=path) as response:
+            with self.converted():
+                async for chunk in response.aiter_bytes():
+                    yield chunk
+
+    async def write_file(self, sandbox_id: str, path: str, chunks: AsyncIterable[bytes]) -> int:
+        with self.converted():
+            response = await self.http.post(
+                wire.WRITE_FILE.path,
+                params={"sandbox_id": sandbox_id, "path": path},
+                content=_bytes(chunks),
+                headers={"content-type": "application/octet-stream"},
+            )
+            data = wire.loads(response.content, self.max_message_bytes)
+        if response.status_code != 200:
+            raise wire.decode_error(data)
+        with self.converted():
+            return wire.WRITE_FILE.decode_result(data)
+
+    async def pause_sandbox(self, sandbox_id: str) -> None:
+        await self.call(wire.PAUSE, sandbox_id=sandbox_id)
+
+    async def resume_sandbox(self, sandbox_id: str) -> None:
+        await self.call(wire.RESUME, sandbox_id=sandbox_id)
+
+    async def suspend_sandbox(self, sandbox_id: str) -> None:
+        await self.call(wire.SUSPEND, sandbox_id=sandbox_id)
+
+    async def restore_sandbox(self, sandbox_id: str) -> None:
+        await self.call(wire.RESTORE, sandbox_id=sandbox_id)
+
+    async def set_network_policy(self, sandbox_id: str, policy: dict[str, Any] | None) -> None:
+        await self.call(wire.SET_POLICY, sandbox_id=sandbox_id, policy=policy)
+
+    async def set_credentials(self, sandbox_id: str, grant: CredentialGrant) -> None:
+        await self.call(wire.SET_CREDENTIALS, sandbox_id=sandbox_id, grant=grant)
+
+    async def credential_audit(self, after: int, limit: int) -> AuditBatch:
+        return await self.call(wire.CREDENTIAL_AUDIT, after=after, limit=limit)
+
+    async def egress_audit(self, sandbox_id: str, limit: int) -> list[EgressRecord]:
+        return await self.call(wire.EGRESS_AUDIT, sandbox_id=sandbox_id, limit=limit)
+
+    async def open_port(
+        self, sandbox_id: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        query = httpx.QueryParams({"sandbox_id": sandbox_id, "port": str(port)})
+        with self.converted():
+            return await open_tunnel(
+                httpx.URL(self.url).join(f"{wire.OPEN_PORT.path}?{query}"),
+                self._token,
+                tasks=self._tunnels,
+                connect_timeout=self._connect_timeout,
+                max_message_bytes=self.max_message_bytes,
+                unreachable=lambda why: NodeUnreachable(self.url, why),
+            )
+
+    async def stat(self, sandbox_id: str, path: str) -> FileInfo:
+        return await self.call(wire.STAT, sandbox_id=sandbox_id, path=path)
+
+    async def list_dir(self, sandbox_id: str, path: str, depth: int = 1) -> list[FileInfo]:
+        return await self.call(wire.LIST_DIR, sandbox_id=sandbox_id, path=path, depth=depth)
+
+    async def make_dir(self, sandbox_id: str, path: str) -> bool:
+        return await self.call(wire.MAKE_DIR, sandbox_id=sandbox_id, path=path)
+
+    async def move(self, sandbox_id: str, src: str, dst: str) -> None:
+        await self.call(wire.MOVE, sandbox_id=sandbox_id, src=src, dst=dst)
+
+    async def remove(self, sandbox_id: str, path: str) -> None:
+        await self.call(wire.REMOVE, sandbox_id=sandbox_id, path=path)
+
+    def watch(self, sandbox_id: str, path: str, recursive: bool = False) -> WatchStream:
+        return RemoteWatch(self, sandbox_id, path, recursive)
+
+    async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
+        return await self.call(wire.PROCESSES, sandbox_id=sandbox_id)
+
+
+async def _bytes(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    async for chunk in chunks:
+        if chunk:
+            yield bytes(chunk)
+
+
+class RemoteCommand:
+    """A process on the node: its events are the stream's lines; stdin, close, signal
+    and resize are unary calls naming the stream's handle."""
+
+    def __init__(
+        self,
+        node: RemoteNode,
+        opened: wire.Opened,
+        lines: AsyncIterator[Any],
+        stream: AsyncExitStack,
+    ) -> None:
+        self._node, self._handle, self._lines, self._stream = node, opened.handle, lines, stream
+        self._pid = opened.pid
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    async def events(self) -> AsyncIterator[ProcessEvent]:
+        try:
+            async for data in self._lines:
+                with self._node.converted():
+                    event: ProcessEvent = wire.decode(ProcessEvent, data, "event")
+                yield event
+                if event.kind == "exit":
+                    return
+            why = f"the stream of process {self._pid} ended before its exit"
+            raise NodeUnreachable(self._node.url, why)
+        finally:
+            await self._stream.aclose()
+
+    async def write_stdin(self, data: bytes) -> None:
+        await self._node.call(wire.WRITE_STDIN, handle=self._handle, data=data)
+
+    async def close_stdin(self) -> None:
+        await self._node.call(wire.CLOSE_STDIN, handle=self._handle)
+
+    async def signal(self, signum: int) -> None:
+        await self._node.call(wire.SIGNAL, handle=self._handle, signum=signum)
+
+    async def resize(self, rows: int, cols: int) -> None:
+        await self._node.call(wire.RESIZE, handle=self._handle, rows=rows, cols=cols)
+
+
+class RemoteWatch:
+    """A watch on the node: `start` opens its stream and waits for it to be in place."""
+
+    def __init__(self, node: RemoteNode, sandbox_id: str, path: str, recursive: bool) -> None:
+        self._node = node
+        self._args = {"sandbox_id": sandbox_id, "path": path, "recursive": recursive}
+        self._stream = AsyncExitStack()
+        self._lines: AsyncIterator[Any] | None = None
+
+    async def start(self) -> None:
+        response = await self._stream.enter_async_context(
+            self._node.stream(wire.WATCH, **self._args)
+        )
+        self._lines = self._node.lines(response)
+        try:
+            with self._node.converted():
+                wire.decode(wire.Opened, await anext(self._lines))
+        except BaseException:
+            await self.aclose()
+            raise
+
+    def __aiter__(self) -> AsyncIterator[WatchEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[WatchEvent]:
+        if self._lines is None:
+            raise RuntimeError("watch not started")
+        async for data in self._lines:
+            with self._node.converted():
+                yield wire.decode(WatchEvent, data, "watch event")
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
