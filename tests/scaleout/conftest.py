@@ -14,7 +14,7 @@ import pytest
 import uvicorn
 
 from space.config import NodeLinkConfig
-from space.node.server import WS_MAX_FRAME, create_node_app
+from space.node.server import WS_MAX_FRAME, BearerAuth, NodeServer
 from space.seam.protocol import NodeClient
 from space.seam.remote import RemoteNode
 from space.seam.values import SandboxObservation
@@ -25,10 +25,11 @@ SANDBOX = "sb-one"
 
 
 class NodeServing:
-    """uvicorn serving `create_node_app(node, token, config)` until `stop()`."""
+    """uvicorn serving the node app (as `create_node_app` makes it) until `stop()`."""
 
     def __init__(self, node: NodeClient, token: str, config: NodeLinkConfig, port: int = 0):
-        self._app = create_node_app(node, token, config)
+        self.server = NodeServer(node, config)
+        self._app = BearerAuth(self.server.app(), token)
         self._port = port
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -38,7 +39,7 @@ class NodeServing:
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", self._port))
-        self._port = sock.getsockname()[1]
+        self.port = self._port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self._port}"
         config = uvicorn.Config(
             self._app,

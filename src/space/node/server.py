@@ -394,6 +394,7 @@ class Stream(Response):
         closing: Callable[[], Awaitable[None]],
     ) -> None:
         super().__init__(media_type=media_type)
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
         self._chunks, self._closing = chunks, closing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -1,0 +1,94 @@
+"""Streams stay streams across the HTTP seam: a file is read and written chunk by
+chunk (the far side sees the first chunk before the second exists), a process stream
+that the client leaves closes its handle on the node, and many calls share a pool."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator
+
+import pytest
+
+from space.seam.values import ExecRequest, SandboxObservation
+from tests.control.fakes import PowerNode
+from tests.scaleout.conftest import SANDBOX, remote, serving
+from tests.waiting import until
+
+pytestmark = pytest.mark.scaleout
+
+CHUNK = 256 * 1024
+
+
+class GatedNode(PowerNode):
+    """A node whose file streams wait on the other side between their two chunks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first_arrived = asyncio.Event()
+        self.reader_got_first = asyncio.Event()
+
+    async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        self._require(sandbox_id)
+        yield b"a" * CHUNK
+        await self.reader_got_first.wait()  # a server that buffered would never get here
+        yield b"b" * CHUNK
+
+    async def write_file(self, sandbox_id: str, path: str, chunks: AsyncIterable[bytes]) -> int:
+        self._require(sandbox_id)
+        total = 0
+        async for chunk in chunks:
+            total += len(chunk)
+            if total >= CHUNK:
+                self.first_arrived.set()
+        return total
+
+
+@pytest.fixture
+def gated() -> GatedNode:
+    node = GatedNode()
+    node.vms[SANDBOX] = SandboxObservation(SANDBOX, "running", "base")
+    return node
+
+
+async def test_read_file_streams_without_buffering(gated: GatedNode, token: str) -> None:
+    async with serving(gated, token) as running, remote(running.url, token) as node:
+        received = 0
+        async with asyncio.timeout(10):
+            async for chunk in node.read_file(SANDBOX, "/f"):
+                received += len(chunk)
+                if received >= CHUNK:
+                    gated.reader_got_first.set()
+    assert received == 2 * CHUNK
+
+
+async def test_write_file_streams_without_buffering(gated: GatedNode, token: str) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"a" * CHUNK
+        await gated.first_arrived.wait()  # the node has it before the client sends more
+        yield b"b" * CHUNK
+
+    async with serving(gated, token) as running, remote(running.url, token) as node:
+        async with asyncio.timeout(10):
+            assert await node.write_file(SANDBOX, "/f", chunks()) == 2 * CHUNK
+
+
+async def test_a_left_process_stream_closes_its_handle(fake: PowerNode, token: str) -> None:
+    async with serving(fake, token) as running, remote(running.url, token) as node:
+        server = running.server
+        handle = await node.start_command(SANDBOX, ExecRequest(cmd="emit 1000 0.05"))
+        stream = handle.events()
+        assert (await anext(stream)).kind == "stdout"
+        assert len(server.handles) == 1
+        await stream.aclose()  # the client goes: the node's stream ends
+        await until(lambda: not server.handles, 10)
+
+
+async def test_calls_share_the_connection_pool(fake: PowerNode, token: str) -> None:
+    async with (
+        serving(fake, token) as running,
+        remote(running.url, token, max_connections=2) as node,
+    ):
+        results = await asyncio.gather(
+            *(node.exec(SANDBOX, ExecRequest(cmd=f"echo {i}")) for i in range(40))
+        )
+    assert [r.stdout for r in results] == [f"{i}\n".encode() for i in range(40)]
