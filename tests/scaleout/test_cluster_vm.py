@@ -1,0 +1,81 @@
+"""A real `space node` (LocalNode, TCG) with a `space controller` and a `space api`
+reaching it over the HTTP seam: a sandbox created through the API, exec, a file
+written and read back, a process streamed over SSE, then deleted."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import ServerFactory, database, space_server  # noqa: F401 (fixtures)
+from tests.scaleout.cluster import Cluster
+from tests.waiting import wait_until
+
+pytestmark = [pytest.mark.scaleout, pytest.mark.vm, pytest.mark.netns]
+
+
+@pytest.fixture
+def cluster(space_server: ServerFactory) -> Iterator[Cluster]:  # noqa: F811
+    running = Cluster(space_server())
+    try:
+        running.start()
+        yield running
+    finally:
+        forced = running.stop()
+        assert not forced, "\n".join(forced)
+
+
+def sse_events(http: httpx.Client, path: str) -> list[tuple[str, dict[str, object]]]:
+    events, kind = [], ""
+    with http.stream("GET", path, timeout=120) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("event:"):
+                kind = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and kind:
+                events.append((kind, json.loads(line.split(":", 1)[1])))
+                if kind == "exit":
+                    break
+    return events
+
+
+def test_api_controller_and_node_as_three_processes(cluster: Cluster) -> None:
+    server = cluster.server
+    with server.client() as http:
+        sandbox = server.create(http)
+        assert http.get(f"/v1/sandboxes/{sandbox}").json()["state"] == "running"
+
+        done = http.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": "echo hello; uname -s"})
+        assert done.json() == {"exit_code": 0, "stdout": "hello\nLinux\n", "stderr": ""}
+
+        data = bytes(range(256)) * 4096  # 1 MiB, every byte value
+        put = http.put(
+            f"/v1/sandboxes/{sandbox}/files", params={"path": "/root/blob"}, content=data
+        )
+        assert put.status_code in (200, 201, 204), put.text
+        got = http.get(f"/v1/sandboxes/{sandbox}/files", params={"path": "/root/blob"})
+        assert got.content == data
+
+        cmd = "for i in 1 2 3; do echo line $i; done; echo oops >&2; exit 4"
+        started = http.post(f"/v1/sandboxes/{sandbox}/commands", json={"cmd": cmd})
+        assert started.status_code == 201, started.text
+        events = sse_events(http, f"/v1/sandboxes/{sandbox}/commands/{started.json()['id']}/events")
+        out = b"".join(base64.b64decode(str(d["data"])) for k, d in events if k == "stdout")
+        err = b"".join(base64.b64decode(str(d["data"])) for k, d in events if k == "stderr")
+        assert (out, err, events[-1]) == (
+            b"line 1\nline 2\nline 3\n",
+            b"oops\n",
+            ("exit", {"exit_code": 4}),
+        )
+
+        assert http.delete(f"/v1/sandboxes/{sandbox}").status_code in (200, 202, 204)
+        wait_until(lambda: http.get(f"/v1/sandboxes/{sandbox}").status_code == 404, 120)
+    wait_until(lambda: not server.host_view().vms_of(sandbox), 60)
+    # the controller reconciles through the node's HTTP seam, not a node of its own
+    assert "POST /seam/v1/observe" in cluster.log("node").read_text()
+    assert all(cluster.alive(name) for name in ("node", "api", "controller"))
+    assert "Traceback" not in cluster.log("controller").read_text()
