@@ -348,6 +348,7 @@ def remote_node(link: NodeLinkConfig) -> RemoteNode:
         call_timeout=link.call_timeout,
         max_message_bytes=link.max_message_bytes,
         max_connections=link.max_connections,
+        max_streams=link.max_streams,
     )
 
 

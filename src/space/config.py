@@ -211,15 +211,16 @@ class NodeConfig(BaseSettings):
 
 class NodeLinkConfig(BaseSettings):
     """The node seam over HTTP (`space node`, and `space api`/`space controller` that
-    reach it): `SPACE_NODE_URL` (http(s)://host:port of a `space node`; unset: the
-    process builds its node in-process, as before), `SPACE_NODE_LISTEN` (host:port
-    `space node` serves on), the per-node bearer token in `SPACE_NODE_TOKEN_FILE`
-    (refused when group or others may read it) or `SPACE_NODE_TOKEN`, at least
-    `MIN_NODE_TOKEN` characters. Bounds: `max_message_bytes` for one JSON message or
-    stream line (either way), `max_upload_bytes` for one `write_file` body,
-    `max_handles` open process streams, `max_connections` pooled connections; timeouts
-    in seconds: `connect_timeout`, `call_timeout` for a unary call (not `exec`, which
-    its own timeout bounds, nor streams, which last as long as their process)."""
+        reach it): `SPACE_NODE_URL` (http(s)://host:port of a `space node`; unset: the
+        process builds its node in-process, as before), `SPACE_NODE_LISTEN` (host:port
+        `space node` serves on), the per-node bearer token in `SPACE_NODE_TOKEN_FILE`
+        (refused when group or others may read it) or `SPACE_NODE_TOKEN`, at least
+        `MIN_NODE_TOKEN` characters. Bounds: `max_message_bytes` for one JSON message or
+        stream line (either way), `max_upload_bytes` for one `write_file` body,
+        `max_handles` open process streams a node serves, `max_connections` pooled
+    connections for unary calls and `max_streams` for streams a client holds; timeouts
+        in seconds: `connect_timeout`, `call_timeout` for a unary call (not `exec`, which
+        its own timeout bounds, nor streams, which last as long as their process)."""
 
     model_config = SettingsConfigDict(
         env_prefix="SPACE_NODE_", extra="ignore", populate_by_name=True
@@ -250,6 +251,9 @@ class NodeLinkConfig(BaseSettings):
     )
     max_connections: int = Field(
         default=64, ge=1, le=4096, validation_alias="SPACE_NODE_MAX_CONNECTIONS"
+    )
+    max_streams: int = Field(
+        default=1024, ge=1, le=1 << 16, validation_alias="SPACE_NODE_MAX_STREAMS"
     )
 
     @field_validator("token")

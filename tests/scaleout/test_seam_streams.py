@@ -92,3 +92,22 @@ async def test_calls_share_the_connection_pool(fake: PowerNode, token: str) -> N
             *(node.exec(SANDBOX, ExecRequest(cmd=f"echo {i}")) for i in range(40))
         )
     assert [r.stdout for r in results] == [f"{i}\n".encode() for i in range(40)]
+
+
+async def test_open_streams_do_not_hold_up_unary_calls(fake: PowerNode, token: str) -> None:
+    async with serving(fake, token) as running:
+        async with remote(running.url, token, max_connections=1, max_streams=4) as node:
+            handles = [await node.start_command(SANDBOX, ExecRequest(cmd="wait")) for _ in range(3)]
+            async with asyncio.timeout(10):
+                assert (await node.exec(SANDBOX, ExecRequest(cmd="echo hi"))).stdout == b"hi\n"
+                for handle in handles:
+                    await handle.signal(9)
+                    assert [e.exit_code async for e in handle.events()] == [137]
+
+
+async def test_warm_pool_stats_are_refreshed_in_the_background(fake: PowerNode, token: str) -> None:
+    async with serving(fake, token) as running:
+        async with remote(running.url, token, stats_interval=0.05) as node:
+            await until(lambda: node.warm_pool_stats() != [], 10)
+            fake.warm_hits = 7
+            await until(lambda: node.warm_pool_stats()[0].hits == 7, 10)

@@ -14,12 +14,13 @@ a node that cannot be reached, resets the connection or times out is
 answering outside the wire format is a `NodeError`.
 
 `warm_pool_stats` is synchronous in the protocol: here it is what the node reported
-on the last `observe` (both are fetched together).
+last (on every `observe`, and every `stats_interval` seconds in the background).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any, TypeVar
@@ -46,6 +47,7 @@ from space.seam.values import (
 )
 
 R = TypeVar("R")
+log = logging.getLogger(__name__)
 EXEC_MARGIN = 30.0  # seconds an exec's answer may take past its own timeout
 
 
@@ -61,46 +63,73 @@ class RemoteNode:
         call_timeout: float = 300.0,
         max_message_bytes: int = 64 << 20,
         max_connections: int = 64,
+        max_streams: int = 1024,
+        stats_interval: float = 10.0,
     ) -> None:
         self.url = url.rstrip("/")
         self._token = token
         self._connect_timeout = connect_timeout
         self._call_timeout = call_timeout
         self.max_message_bytes = max_message_bytes
-        self._max_connections = max_connections
-        self._http: httpx.AsyncClient | None = None
+        self._pools = (max_connections, max_streams)
+        self._stats_interval = stats_interval
+        self._calls: httpx.AsyncClient | None = None
+        self._streams: httpx.AsyncClient | None = None
         self._warm: list[WarmPoolStats] = []
-        self._tunnels: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def open(self) -> None:
-        timeout = httpx.Timeout(self._call_timeout, connect=self._connect_timeout)
-        limits = httpx.Limits(
-            max_connections=self._max_connections, max_keepalive_connections=self._max_connections
-        )
-        self._http = httpx.AsyncClient(
+        """Two connection pools: unary calls never wait behind long-lived streams
+        (each stream holds its HTTP/1.1 connection while its process runs)."""
+        self._calls, self._streams = (self._client(size) for size in self._pools)
+        self._keep(asyncio.get_running_loop().create_task(self._poll_warm(), name="node-stats"))
+
+    def _client(self, size: int) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
             base_url=self.url,
             headers={"authorization": f"Bearer {self._token}"},
-            timeout=timeout,
-            limits=limits,
+            timeout=httpx.Timeout(self._call_timeout, connect=self._connect_timeout),
+            limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
             trust_env=False,
         )
 
+    def _keep(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _poll_warm(self) -> None:
+        """`warm_pool_stats` is synchronous: refresh what it answers in the background."""
+        while True:
+            try:
+                self._warm = await self.call(wire.WARM_POOL_STATS)
+            except NodeError as exc:
+                log.debug("warm pool stats of %s: %s", self.url, exc)
+            await asyncio.sleep(self._stats_interval)
+
     async def aclose(self) -> None:
-        for task in list(self._tunnels):
+        for task in list(self._tasks):
             task.cancel()
-        if self._tunnels:
-            await asyncio.wait(self._tunnels, timeout=5)
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)
+        for client in (self._calls, self._streams):
+            if client is not None:
+                await client.aclose()
+        self._calls = self._streams = None
 
     # -- plumbing --------------------------------------------------------------------
 
     @property
     def http(self) -> httpx.AsyncClient:
-        if self._http is None:
+        return self._open(self._calls)
+
+    @property
+    def streams(self) -> httpx.AsyncClient:
+        return self._open(self._streams)
+
+    def _open(self, client: httpx.AsyncClient | None) -> httpx.AsyncClient:
+        if client is None:
             raise NodeUnreachable(self.url, "the client is not open")
-        return self._http
+        return client
 
     @contextmanager
     def converted(self) -> Iterator[None]:
@@ -130,7 +159,7 @@ class RemoteNode:
     @asynccontextmanager
     async def stream(self, call: wire.Call[Any], **args: Any) -> AsyncIterator[httpx.Response]:
         """A streamed answer, opened (its error raised) and closed at the end."""
-        request = self.http.build_request(
+        request = self.streams.build_request(
             "POST",
             call.path,
             content=call.encode_args(**args),
@@ -138,7 +167,7 @@ class RemoteNode:
             timeout=httpx.Timeout(None, connect=self._connect_timeout),
         )
         with self.converted():
-            response = await self.http.send(request, stream=True)
+            response = await self.streams.send(request, stream=True)
         try:
             if response.status_code != 200:
                 with self.converted():
@@ -226,7 +255,7 @@ class RemoteNode:
 
     async def write_file(self, sandbox_id: str, path: str, chunks: AsyncIterable[bytes]) -> int:
         with self.converted():
-            response = await self.http.post(
+            response = await self.streams.post(
                 wire.WRITE_FILE.path,
                 params={"sandbox_id": sandbox_id, "path": path},
                 content=_bytes(chunks),
@@ -270,7 +299,7 @@ class RemoteNode:
             return await open_tunnel(
                 httpx.URL(self.url).join(f"{wire.OPEN_PORT.path}?{query}"),
                 self._token,
-                tasks=self._tunnels,
+                tasks=self._tasks,
                 connect_timeout=self._connect_timeout,
                 max_message_bytes=self.max_message_bytes,
                 unreachable=lambda why: NodeUnreachable(self.url, why),
