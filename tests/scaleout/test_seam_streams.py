@@ -9,7 +9,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 
 import pytest
 
-from space.seam.values import ExecRequest, SandboxObservation
+from space.seam.values import ExecRequest, SandboxObservation, SandboxSpec
 from tests.control.fakes import PowerNode
 from tests.scaleout.conftest import SANDBOX, remote, serving
 from tests.waiting import until
@@ -111,3 +111,14 @@ async def test_warm_pool_stats_are_refreshed_in_the_background(fake: PowerNode, 
             await until(lambda: node.warm_pool_stats() != [], 10)
             fake.warm_hits = 7
             await until(lambda: node.warm_pool_stats()[0].hits == 7, 10)
+
+
+async def test_concurrent_creates_of_one_id_run_once(fake: PowerNode, token: str) -> None:
+    fake.create_delay = 0.3
+    async with serving(fake, token) as running, remote(running.url, token) as node:
+        spec = SandboxSpec("sb-twice")
+        first, second = await asyncio.gather(node.create_sandbox(spec), node.create_sandbox(spec))
+        assert first == second == SandboxObservation("sb-twice", "running", "base")
+        assert fake.created == ["sb-twice"]
+        await node.create_sandbox(spec)  # afterwards: a new call reaches the node again
+        assert fake.created == ["sb-twice", "sb-twice"]
