@@ -474,7 +474,8 @@ def _listen(link: NodeLinkConfig, args: argparse.Namespace) -> tuple[str, int]:
 async def _serve_node(settings: Settings, token: str, listen: tuple[str, int]) -> None:
     from space.api.bootstrap import open_database
     from space.control.registry import keep_registered
-    from space.node.server import WS_MAX_FRAME, create_node_app
+    from space.node.server import create_node_app
+    from space.node.server_io import WS_MAX_FRAME
 
     db = open_database(settings)
     node = _local_node(settings)

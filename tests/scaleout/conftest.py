@@ -14,7 +14,8 @@ import pytest
 import uvicorn
 
 from space.config import NodeLinkConfig
-from space.node.server import WS_MAX_FRAME, BearerAuth, NodeServer
+from space.node.server import BearerAuth, NodeServer
+from space.node.server_io import WS_MAX_FRAME
 from space.seam.protocol import NodeClient
 from space.seam.remote import RemoteNode
 from space.seam.values import SandboxObservation

@@ -26,30 +26,37 @@ import asyncio
 import hmac
 import logging
 import secrets
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from space.config import NodeLinkConfig
+from space.node.server_io import (
+    CountedBody,
+    Stream,
+    bounded_body,
+    close_iterator,
+    closer,
+    ndjson,
+    prefixed,
+    relay,
+)
 from space.seam import wire
 from space.seam.errors import NodeError
 from space.seam.protocol import CommandHandle, NodeClient, WatchStream
 from space.seam.values import ProcessEvent, SandboxObservation, SandboxSpec, WatchEvent
-from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
-TUNNEL_CHUNK = 64 * 1024
-WS_MAX_FRAME = 2 * TUNNEL_CHUNK  # uvicorn refuses a bigger frame unread
 
 
 def create_node_app(node: NodeClient, token: str, config: NodeLinkConfig) -> ASGIApp:
@@ -173,7 +180,7 @@ class NodeServer:
         return handle
 
     async def _args(self, request: Request, call: wire.Call[Any]) -> dict[str, Any]:
-        body = await _bounded_body(request, self._max_message)
+        body = await bounded_body(request, self._max_message)
         return call.decode_args(wire.loads(body, self._max_message))
 
     # -- unary -----------------------------------------------------------------------
@@ -199,10 +206,10 @@ class NodeServer:
             first = await anext(chunks, b"")
         except Exception as exc:
             return _error(exc)
-        return Stream(_prefixed(first, chunks), "application/octet-stream", _closer(chunks))
+        return Stream(prefixed(first, chunks), "application/octet-stream", closer(chunks))
 
     async def _write_file(self, request: Request) -> Response:
-        stream = _Counted(request, self._max_upload)
+        stream = CountedBody(request, self._max_upload)
         try:
             query = dict(request.query_params)
             args = wire.WRITE_FILE.decode_args(query)
@@ -254,10 +261,10 @@ class NodeServer:
 
         async def close() -> None:
             self.handles.pop(key, None)
-            await _close(events)
+            await close_iterator(events)
 
         opened = wire.Opened(pid=handle.pid, handle=key)
-        return Stream(_ndjson(opened, events, ProcessEvent), NDJSON, close)
+        return Stream(ndjson(opened, events, ProcessEvent), NDJSON, close)
 
     # -- watch -----------------------------------------------------------------------
 
@@ -270,7 +277,7 @@ class NodeServer:
             await stream.start()
         except Exception as exc:
             return _error(exc)
-        return Stream(_ndjson(wire.Opened(), aiter(stream), WatchEvent), NDJSON, stream.aclose)
+        return Stream(ndjson(wire.Opened(), aiter(stream), WatchEvent), NDJSON, stream.aclose)
 
     # -- ports -----------------------------------------------------------------------
 
@@ -306,156 +313,3 @@ def _error(exc: Exception, status: int | None = None) -> Response:
         log.warning("seam call failed: %r", exc)
     body = wire.dumps(wire.encode_error(exc))
     return Response(body, status or wire.error_status(exc), media_type=JSON)
-
-
-async def _bounded_body(request: Request, limit: int) -> bytes:
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise wire.TooLarge(limit)
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise wire.TooLarge(limit)
-    return bytes(body)
-
-
-class _Counted:
-    """A request body as the node's `write_file` chunks, refused past `limit`."""
-
-    def __init__(self, request: Request, limit: int) -> None:
-        self._request, self._limit, self._seen = request, limit, 0
-        self._stream = request.stream()
-
-    def check_length(self) -> None:
-        length = self._request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > self._limit:
-            raise wire.TooLarge(self._limit)
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self._chunks()
-
-    async def _chunks(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            self._seen += len(chunk)
-            if self._seen > self._limit:
-                raise wire.TooLarge(self._limit)
-            if chunk:
-                yield chunk
-
-    async def drain(self) -> None:
-        """Read (and drop) what is left of the body, up to the limit."""
-        try:
-            async for chunk in self._stream:
-                self._seen += len(chunk)
-                if self._seen > self._limit:
-                    return
-        except Exception:  # noqa: BLE001 - the client is gone, or the stream was read
-            return
-
-
-async def _prefixed(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    if first:
-        yield first
-    async for chunk in rest:
-        yield chunk
-
-
-async def _ndjson(
-    opened: wire.Opened, events: AsyncIterable[Any], kind: type[Any]
-) -> AsyncIterator[bytes]:
-    yield wire.dumps(wire.encode(opened)) + b"\n"
-    async for event in events:
-        if not isinstance(event, kind):
-            raise TypeError(f"node stream gave a {type(event).__name__}")
-        yield wire.dumps(wire.encode(event)) + b"\n"
-
-
-def _closer(chunks: AsyncIterator[bytes]) -> Callable[[], Awaitable[None]]:
-    async def close() -> None:
-        await _close(chunks)
-
-    return close
-
-
-async def _close(iterator: AsyncIterator[Any]) -> None:
-    if isinstance(iterator, AsyncGenerator):
-        await iterator.aclose()
-
-
-class Stream(Response):
-    """A streamed answer that ends (and runs `closing`) when the client goes, even
-    while the stream waits for its next item; `closing` runs on every way out."""
-
-    def __init__(
-        self,
-        chunks: AsyncIterator[bytes],
-        media_type: str,
-        closing: Callable[[], Awaitable[None]],
-    ) -> None:
-        super().__init__(media_type=media_type)
-        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
-        self._chunks, self._closing = chunks, closing
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        tasks = TaskSet("node-stream")
-        pump = tasks.spawn(self._pump(send), "pump")
-        gone = tasks.spawn(_disconnected(receive), "disconnect")
-        try:
-            await asyncio.wait({pump, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            await tasks.cancel_all()
-            await self._closing()
-        if pump.done() and not pump.cancelled():
-            pump.result()  # a stream that failed midway: uvicorn ends the connection
-
-    async def _pump(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        async for chunk in self._chunks:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _disconnected(receive: Receive) -> None:
-    while True:
-        message: Message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-async def relay(
-    websocket: WebSocket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> None:
-    """Bytes both ways until both sides have ended (`eof` text frames carry half closes)."""
-    tasks = TaskSet("node-tunnel")
-    inbound = tasks.spawn(_from_socket(websocket, writer), "in")
-    outbound = tasks.spawn(_to_socket(reader, websocket), "out")
-    try:
-        await inbound
-        await outbound
-    except (WebSocketDisconnect, ConnectionError, RuntimeError):
-        pass
-    finally:
-        await tasks.cancel_all()
-        if websocket.client_state.name == "CONNECTED":
-            await websocket.close()
-
-
-async def _from_socket(websocket: WebSocket, writer: asyncio.StreamWriter) -> None:
-    while True:
-        message = await websocket.receive()
-        if message["type"] == "websocket.disconnect":
-            raise WebSocketDisconnect(message.get("code", 1000))
-        if message.get("bytes"):
-            writer.write(message["bytes"])
-            await writer.drain()
-        elif message.get("text") == "eof":
-            if writer.can_write_eof():
-                writer.write_eof()
-            return
-
-
-async def _to_socket(reader: asyncio.StreamReader, websocket: WebSocket) -> None:
-    while chunk := await reader.read(TUNNEL_CHUNK):
-        await websocket.send_bytes(chunk)
-    await websocket.send_text("eof")

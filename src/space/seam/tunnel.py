@@ -4,7 +4,7 @@ to the caller as a plain asyncio stream pair.
 The caller gets one end of a local socket pair (so it can `start_tls` on it, as the
 ingress does for https ports); a task pumps bytes between the other end and the
 WebSocket: binary frames carry data, a text frame `eof` a half close (the node's
-relay, `space.node.server.relay`, speaks the same). A refused handshake carries the
+relay, `space.node.server_io.relay`, speaks the same). A refused handshake carries the
 node's error body, re-raised as its class (`ConnectionRefusedError` when nothing
 listens on the port, `SandboxNotFound`, ...).
 """
