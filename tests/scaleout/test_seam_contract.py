@@ -230,3 +230,27 @@ async def test_a_node_failure_keeps_its_message(node: NodeClient, fake: PowerNod
     fake.fail_create = "disk full"
     with pytest.raises(Exception, match="disk full"):
         await node.create_sandbox(SandboxSpec("sb-three"))
+
+
+async def test_open_port_closes_reach_the_other_side(node: NodeClient, fake: PowerNode) -> None:
+    closed = asyncio.Event()
+
+    async def greet(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"hello")
+        await writer.drain()
+        await reader.read()  # until the client has closed
+        closed.set()
+        writer.close()
+
+    server = await asyncio.start_server(greet, "127.0.0.1", 0)
+    fake.ports[SANDBOX, 9000] = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await node.open_port(SANDBOX, 9000)
+        async with asyncio.timeout(10):
+            assert await reader.readexactly(5) == b"hello"
+            writer.close()
+            await closed.wait()
+            assert await reader.read() == b""
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -6,13 +6,14 @@ client's side is `space.seam.tunnel`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from space.seam import wire
 from space.tasks import TaskSet
@@ -139,36 +140,48 @@ async def _disconnected(receive: Receive) -> None:
 async def relay(
     websocket: WebSocket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
-    """Bytes both ways until both sides have ended (`eof` text frames carry half closes)."""
+    """Bytes both ways until both sides have ended: an `eof` either way is a half close
+    (the other direction goes on); a side that goes or fails ends the tunnel."""
     tasks = TaskSet("node-tunnel")
     inbound = tasks.spawn(_from_socket(websocket, writer), "in")
     outbound = tasks.spawn(_to_socket(reader, websocket), "out")
     try:
-        await inbound
-        await outbound
-    except (WebSocketDisconnect, ConnectionError, RuntimeError):
-        pass
+        pending = {inbound, outbound}
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if not all(task.result() for task in done):
+                break
     finally:
         await tasks.cancel_all()
-        if websocket.client_state.name == "CONNECTED":
-            await websocket.close()
+        if websocket.client_state == WebSocketState.CONNECTED:
+            with contextlib.suppress(RuntimeError, OSError):
+                await websocket.close()
 
 
-async def _from_socket(websocket: WebSocket, writer: asyncio.StreamWriter) -> None:
-    while True:
-        message = await websocket.receive()
-        if message["type"] == "websocket.disconnect":
-            raise WebSocketDisconnect(message.get("code", 1000))
-        if message.get("bytes"):
-            writer.write(message["bytes"])
-            await writer.drain()
-        elif message.get("text") == "eof":
-            if writer.can_write_eof():
-                writer.write_eof()
-            return
+async def _from_socket(websocket: WebSocket, writer: asyncio.StreamWriter) -> bool:
+    """The client's frames to the guest; True after its `eof`, False once it is gone."""
+    try:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return False
+            if message.get("bytes"):
+                writer.write(message["bytes"])
+                await writer.drain()
+            elif message.get("text") == "eof":
+                if writer.can_write_eof():
+                    writer.write_eof()
+                return True
+    except (OSError, RuntimeError):  # the guest's connection broke
+        return False
 
 
-async def _to_socket(reader: asyncio.StreamReader, websocket: WebSocket) -> None:
-    while chunk := await reader.read(TUNNEL_CHUNK):
-        await websocket.send_bytes(chunk)
-    await websocket.send_text("eof")
+async def _to_socket(reader: asyncio.StreamReader, websocket: WebSocket) -> bool:
+    """The guest's bytes to the client; True once the guest half-closed (`eof` sent)."""
+    try:
+        while chunk := await reader.read(TUNNEL_CHUNK):
+            await websocket.send_bytes(chunk)
+        await websocket.send_text("eof")
+    except (OSError, RuntimeError, WebSocketDisconnect):
+        return False
+    return True
