@@ -14,8 +14,8 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, replace
 from datetime import timedelta
 from pathlib import Path
@@ -111,6 +111,16 @@ def _host_refused(args: argparse.Namespace) -> bool:
 
 
 async def _serve_with_node(settings: Settings) -> None:
+    async with _hosted_node(settings) as (node, db):
+        registries = [node.egress.gateway.metrics.registry, node.metrics.registry]
+        await _serve_api(settings, node, db, registries=registries, reconcile=True)
+
+
+@asynccontextmanager
+async def _hosted_node(settings: Settings) -> AsyncIterator[tuple[LocalNode, Database]]:
+    """This host's node, open and registered (heartbeating) while the block runs, and the
+    database it registers in; closed after (SIGTERM/SIGINT held until then), its
+    sandboxes' VMs left for the next start to adopt."""
     from space.api.bootstrap import open_database
     from space.control.registry import keep_registered
 
@@ -122,8 +132,7 @@ async def _serve_with_node(settings: Settings) -> None:
     )
     with _signals_after_cleanup():
         try:
-            registries = [node.egress.gateway.metrics.registry, node.metrics.registry]
-            await _serve_api(settings, node, db, registries=registries, reconcile=True)
+            yield node, db
         finally:
             registered.cancel()
             await asyncio.wait({registered})
@@ -360,7 +369,8 @@ def _node_of(settings: Settings) -> OpenNode:
 
 
 def cmd_controller(args: argparse.Namespace) -> int:
-    """The reconciler over the database, driving the node of this host."""
+    """The reconciler over the database, driving this host's node in-process, or the
+    `space node` at `SPACE_NODE_URL`."""
     settings = prepare_server(args)
     try:
         node = _node_of(settings)
@@ -472,28 +482,13 @@ def _listen(link: NodeLinkConfig, args: argparse.Namespace) -> tuple[str, int]:
 
 
 async def _serve_node(settings: Settings, token: str, listen: tuple[str, int]) -> None:
-    from space.api.bootstrap import open_database
-    from space.control.registry import keep_registered
     from space.node.server import create_node_app
     from space.node.server_io import WS_MAX_FRAME
 
-    db = open_database(settings)
-    node = _local_node(settings)
-    await node.open()
-    registered = asyncio.ensure_future(
-        keep_registered(db, node, settings.cluster, settings.data_dir)
-    )
-    with _signals_after_cleanup():
-        try:
-            app = create_node_app(node, token, settings.node_link)
-            out(f"SPACE node listening on http://{listen[0]}:{listen[1]}")
-            await _uvicorn_at(app, listen, ws_max_size=WS_MAX_FRAME)
-        finally:
-            registered.cancel()
-            await asyncio.wait({registered})
-            await node.aclose()
-            db.dispose()
-            log.info("node closed; sandboxes' VMs left for adoption")
+    async with _hosted_node(settings) as (node, _db):
+        app = create_node_app(node, token, settings.node_link)
+        out(f"SPACE node listening on http://{listen[0]}:{listen[1]}")
+        await _uvicorn_at(app, listen, ws_max_size=WS_MAX_FRAME)
 
 
 def _announce(settings: Settings) -> None:
