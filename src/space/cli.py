@@ -488,7 +488,8 @@ async def _serve_node(settings: Settings, token: str, listen: tuple[str, int]) -
     async with _hosted_node(settings) as (node, _db):
         app = create_node_app(node, token, settings.node_link)
         out(f"SPACE node listening on http://{listen[0]}:{listen[1]}")
-        await _uvicorn_at(app, listen, ws_max_size=WS_MAX_FRAME)
+        drain = settings.node_link.drain_seconds  # process streams last as long as the process
+        await _uvicorn_at(app, listen, ws_max_size=WS_MAX_FRAME, drain=drain)
 
 
 def _announce(settings: Settings) -> None:
@@ -505,11 +506,20 @@ async def _uvicorn(app: Any, settings: Settings) -> None:
     await _uvicorn_at(app, listen, ws_max_size=settings.console.pty_message_bytes)
 
 
-async def _uvicorn_at(app: Any, listen: tuple[str, int], *, ws_max_size: int) -> None:
+async def _uvicorn_at(
+    app: Any, listen: tuple[str, int], *, ws_max_size: int, drain: int | None = None
+) -> None:
     import uvicorn
 
     host, port = listen
-    config = uvicorn.Config(app, host=host, port=port, log_level="info", ws_max_size=ws_max_size)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        ws_max_size=ws_max_size,
+        timeout_graceful_shutdown=drain,
+    )
     await uvicorn.Server(config).serve()
 
 

@@ -252,6 +252,9 @@ class NodeLinkConfig(BaseSettings):
     max_connections: int = Field(
         default=64, ge=1, le=4096, validation_alias="SPACE_NODE_MAX_CONNECTIONS"
     )
+    drain_seconds: int = Field(
+        default=10, ge=1, le=3600, validation_alias="SPACE_NODE_DRAIN_SECONDS"
+    )
     max_streams: int = Field(
         default=1024, ge=1, le=1 << 16, validation_alias="SPACE_NODE_MAX_STREAMS"
     )

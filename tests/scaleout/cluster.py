@@ -34,17 +34,21 @@ class Cluster:
         """The node, then the API, then the controller, each once it answers."""
         built_images()
         link = {"SPACE_NODE_URL": self.node_url, "SPACE_NODE_TOKEN_FILE": str(self.token_file)}
+        self.start_node()
+        self._spawn("api", ["--port", str(self.server.port)], **link)
+        self._healthy("api", f"{self.server.url}/healthz")
+        self._spawn("controller", [], SPACE_CONTROLLER_RECONCILE_INTERVAL="1", **link)
+
+    def start_node(self) -> None:
         self._spawn(
             "node",
             ["--port", str(self.node_port)],
             SPACE_NODE_TOKEN_FILE=str(self.token_file),
             SPACE_NODE_WARM_POOL="{}",
+            SPACE_NODE_DRAIN_SECONDS="2",
             SPACE_CLUSTER_NODE_NAME=f"node-{self.server.tag}",
         )
         self._healthy("node", f"{self.node_url}/healthz")
-        self._spawn("api", ["--port", str(self.server.port)], **link)
-        self._healthy("api", f"{self.server.url}/healthz")
-        self._spawn("controller", [], SPACE_CONTROLLER_RECONCILE_INTERVAL="1", **link)
 
     def _spawn(self, name: str, args: list[str], **env: str) -> None:
         argv = [space_binary(), name, "--data-dir", str(self.server.data_dir), *args]
@@ -79,16 +83,19 @@ class Cluster:
 
     def stop(self) -> list[str]:
         """SIGTERM the API, the controller, then the node; the ones that needed a SIGKILL."""
-        forced = []
-        for name in ("api", "controller", "node"):
-            proc = self._procs.get(name)
-            if proc is None or proc.poll() is not None:
-                continue
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                forced.append(f"space {name} did not stop on SIGTERM:\n{self.tail(name)}")
-        return forced
+        forced = [self.stop_one(name) for name in ("api", "controller", "node")]
+        return [why for why in forced if why]
+
+    def stop_one(self, name: str) -> str:
+        """SIGTERM one process (SIGKILL after STOP_TIMEOUT: then why, else "")."""
+        proc = self._procs.get(name)
+        if proc is None or proc.poll() is not None:
+            return ""
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT)
+            return ""
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return f"space {name} did not stop on SIGTERM:\n{self.tail(name)}"

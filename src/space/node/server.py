@@ -51,6 +51,7 @@ from space.seam import wire
 from space.seam.errors import NodeError
 from space.seam.protocol import CommandHandle, NodeClient, WatchStream
 from space.seam.values import ProcessEvent, SandboxObservation, SandboxSpec, WatchEvent
+from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,8 @@ class NodeServer:
         self._max_upload = config.max_upload_bytes
         self._max_handles = config.max_handles
         self.handles: dict[str, CommandHandle] = {}
-        self._creating: dict[str, asyncio.Future[SandboxObservation]] = {}
+        self._creating: dict[str, asyncio.Task[SandboxObservation]] = {}
+        self._tasks = TaskSet("node-server")
         self._unary = self._unary_calls()
 
     def app(self) -> Starlette:
@@ -159,19 +161,14 @@ class NodeServer:
 
     async def _create(self, spec: SandboxSpec) -> SandboxObservation:
         """One create per sandbox id at a time: a second caller (an API replica and the
-        controller's reconciler racing) waits for the first one's answer."""
-        running = self._creating.get(spec.sandbox_id)
-        if running is not None:
-            return await asyncio.shield(running)
-        future = asyncio.ensure_future(self._node.create_sandbox(spec))
-        self._creating[spec.sandbox_id] = future
-        try:
-            return await asyncio.shield(future)
-        finally:
-            if future.done():
-                self._creating.pop(spec.sandbox_id, None)
-            else:
-                future.add_done_callback(lambda _f: self._creating.pop(spec.sandbox_id, None))
+        controller's reconciler racing) waits for the first one's answer. The create
+        outlives a caller that goes, as an in-process create does."""
+        task = self._creating.get(spec.sandbox_id)
+        if task is None:
+            task = self._tasks.spawn(self._node.create_sandbox(spec), f"create-{spec.sandbox_id}")
+            self._creating[spec.sandbox_id] = task
+            task.add_done_callback(lambda _t: self._creating.pop(spec.sandbox_id, None))
+        return await asyncio.shield(task)
 
     def _handle(self, args: dict[str, Any]) -> CommandHandle:
         handle = self.handles.get(args["handle"])

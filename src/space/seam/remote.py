@@ -142,18 +142,28 @@ class RemoteNode:
 
     async def call(self, call: wire.Call[R], timeout: float | None = None, **args: Any) -> R:
         """One unary call (`timeout`: the read timeout, else `call_timeout`)."""
-        with self.converted():
-            response = await self.http.post(
-                call.path,
-                content=call.encode_args(**args),
-                headers={"content-type": "application/json"},
-                timeout=httpx.Timeout(timeout or self._call_timeout, connect=self._connect_timeout),
-            )
-            data = wire.loads(response.content, self.max_message_bytes)
-        if response.status_code != 200:
-            raise wire.decode_error(data)
+        request = self.http.build_request(
+            "POST",
+            call.path,
+            content=call.encode_args(**args),
+            headers={"content-type": "application/json"},
+            timeout=httpx.Timeout(timeout or self._call_timeout, connect=self._connect_timeout),
+        )
+        data = await self._answer(self.http, request)
         with self.converted():
             return call.decode_result(data)
+
+    async def _answer(self, client: httpx.AsyncClient, request: httpx.Request) -> Any:
+        """The parsed JSON answer to `request` (read bounded); the node's error raised."""
+        with self.converted():
+            response = await client.send(request, stream=True)
+            try:
+                data = await self._bounded(response)
+            finally:
+                await response.aclose()
+        if response.status_code != 200:
+            raise wire.decode_error(data)
+        return data
 
     @asynccontextmanager
     async def stream(self, call: wire.Call[Any], **args: Any) -> AsyncIterator[httpx.Response]:
@@ -211,9 +221,8 @@ class RemoteNode:
         await self.call(wire.DESTROY, sandbox_id=sandbox_id)
 
     async def observe(self) -> list[SandboxObservation]:
-        observed, self._warm = await asyncio.gather(
-            self.call(wire.OBSERVE), self.call(wire.WARM_POOL_STATS)
-        )
+        observed = await self.call(wire.OBSERVE)
+        self._warm = await self.call(wire.WARM_POOL_STATS)
         return observed
 
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
@@ -253,16 +262,14 @@ class RemoteNode:
                     yield chunk
 
     async def write_file(self, sandbox_id: str, path: str, chunks: AsyncIterable[bytes]) -> int:
-        with self.converted():
-            response = await self.streams.post(
-                wire.WRITE_FILE.path,
-                params={"sandbox_id": sandbox_id, "path": path},
-                content=_bytes(chunks),
-                headers={"content-type": "application/octet-stream"},
-            )
-            data = wire.loads(response.content, self.max_message_bytes)
-        if response.status_code != 200:
-            raise wire.decode_error(data)
+        request = self.streams.build_request(
+            "POST",
+            wire.WRITE_FILE.path,
+            params={"sandbox_id": sandbox_id, "path": path},
+            content=_bytes(chunks),
+            headers={"content-type": "application/octet-stream"},
+        )
+        data = await self._answer(self.streams, request)
         with self.converted():
             return wire.WRITE_FILE.decode_result(data)
 
