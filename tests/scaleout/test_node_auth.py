@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from space.config import NodeLinkConfig, NodeTokenError
 from space.seam import wire
@@ -146,6 +147,23 @@ async def _once(data: bytes):
 def test_short_token_is_refused_naming_the_variable() -> None:
     with pytest.raises(ValueError, match="SPACE_NODE_TOKEN must be at least 32"):
         NodeLinkConfig(token="short")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("SPACE_NODE_URL", "ftp://node:1"),
+        ("SPACE_NODE_URL", "http://node:1/path"),
+        ("SPACE_NODE_LISTEN", "no-port"),
+        ("SPACE_NODE_MAX_MESSAGE_BYTES", "10"),
+    ],
+)
+def test_invalid_settings_name_their_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError, match=variable):
+        NodeLinkConfig()
 
 
 def test_token_file_readable_by_others_is_refused(tmp_path: Path) -> None:

@@ -93,6 +93,8 @@ def test_messages_are_bounded() -> None:
         wire.loads(b"[" + b"1," * 100 + b"1]", 100)
     with pytest.raises(wire.WireError, match="invalid JSON"):
         wire.loads(b"{", 100)
+    with pytest.raises(wire.WireError, match="nested too deeply"):
+        wire.loads(b"[" * 100_000 + b"]" * 100_000, 1 << 20)
 
 
 ERRORS = [

@@ -170,6 +170,8 @@ def loads(body: bytes, max_bytes: int) -> Any:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WireError(f"body: invalid JSON ({exc})") from None
+    except RecursionError:
+        raise WireError("body: JSON nested too deeply") from None
 
 
 def dumps(data: Any) -> bytes:
