@@ -9,8 +9,9 @@ from collections.abc import AsyncIterable, AsyncIterator
 
 import pytest
 
-from space.seam.values import ExecRequest, SandboxObservation, SandboxSpec
-from tests.control.fakes import PowerNode
+from space.seam.errors import NodeError
+from space.seam.values import ExecRequest, ProcessEvent, SandboxObservation, SandboxSpec
+from tests.control.fakes import FakeCommand, PowerNode
 from tests.scaleout.conftest import SANDBOX, remote, serving
 from tests.waiting import until
 
@@ -122,3 +123,30 @@ async def test_concurrent_creates_of_one_id_run_once(fake: PowerNode, token: str
         assert fake.created == ["sb-twice"]
         await node.create_sandbox(spec)  # afterwards: a new call reaches the node again
         assert fake.created == ["sb-twice", "sb-twice"]
+
+
+class BreakingCommand(FakeCommand):
+    """Output, then the agent connection breaks (a node error midway through events)."""
+
+    async def events(self) -> AsyncIterator[ProcessEvent]:
+        yield ProcessEvent("stdout", b"partial")
+        raise AgentGone("agent connection cut off: window exceeded")
+
+
+class AgentGone(NodeError):
+    pass
+
+
+async def test_a_node_error_midway_through_a_stream_is_raised_as_its_class(
+    fake: PowerNode, token: str
+) -> None:
+    async def start(sandbox_id: str, request: ExecRequest) -> FakeCommand:
+        return BreakingCommand("emit 1", pid=4242)
+
+    fake.start_command = start  # type: ignore[method-assign,assignment]
+    async with serving(fake, token) as running, remote(running.url, token) as node:
+        handle = await node.start_command(SANDBOX, ExecRequest(cmd="x"))
+        stream = handle.events()
+        assert await anext(stream) == ProcessEvent("stdout", b"partial")
+        with pytest.raises(NodeError, match="agent connection cut off: window exceeded"):
+            await anext(stream)

@@ -1,5 +1,6 @@
 """The handles `RemoteNode` returns: a process and a watch on the node, each one
-streamed answer read as NDJSON lines (`wire.Opened` first); a process's stdin, close,
+streamed answer read as NDJSON lines (`wire.Opened` first, an `{"error": ...}` line
+last if the node's stream failed: raised as its class); a process's stdin, close,
 signal and resize are unary calls naming the handle its stream opened with."""
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class RemoteCommand:
         try:
             async for data in self._lines:
                 with self._node.converted():
-                    event: ProcessEvent = wire.decode(ProcessEvent, data, "event")
+                    event: ProcessEvent = wire.decode(ProcessEvent, _raised(data), "event")
                 yield event
                 if event.kind == "exit":
                     return
@@ -89,7 +90,14 @@ class RemoteWatch:
             raise RuntimeError("watch not started")
         async for data in self._lines:
             with self._node.converted():
-                yield wire.decode(WatchEvent, data, "watch event")
+                yield wire.decode(WatchEvent, _raised(data), "watch event")
 
     async def aclose(self) -> None:
         await self._stream.aclose()
+
+
+def _raised(line: Any) -> Any:
+    """A stream's line, or the error the node ended it with, raised."""
+    if isinstance(line, dict) and "error" in line:
+        raise wire.decode_error(line)
+    return line
