@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import ServerFactory, database, space_server  # noqa: F401 (fixtures)
+from tests.e2e.server import SpaceServer, space_binary
 from tests.scaleout.cluster import Cluster
 from tests.waiting import wait_until
 
@@ -45,6 +47,15 @@ def sse_events(http: httpx.Client, path: str) -> list[tuple[str, dict[str, objec
     return events
 
 
+def registered(server: SpaceServer) -> dict[str, str]:
+    """`space nodes ls --json`: each node's name and state."""
+    listed = subprocess.run(
+        [space_binary(), "nodes", "ls", "--json", "--data-dir", str(server.data_dir)],
+        env=server.env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return {node["name"]: node["state"] for node in json.loads(listed.stdout)}
+
+
 def _exec_ok(http: httpx.Client, sandbox: str) -> bool:
     answer = http.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": "echo back"})
     return answer.status_code == 200 and answer.json()["stdout"] == "back\n"
@@ -52,6 +63,8 @@ def _exec_ok(http: httpx.Client, sandbox: str) -> bool:
 
 def test_api_controller_and_node_as_three_processes(cluster: Cluster) -> None:
     server = cluster.server
+    name = f"node-{server.tag}"
+    wait_until(lambda: registered(server) == {name: "ready"}, 60)  # it registered itself
     with server.client() as http:
         sandbox = server.create(http)
         assert http.get(f"/v1/sandboxes/{sandbox}").json()["state"] == "running"
