@@ -76,8 +76,7 @@ class RemoteWatch:
         )
         self._lines = self._node.lines(response)
         try:
-            with self._node.converted():
-                wire.decode(wire.Opened, await anext(self._lines))
+            await self._node.opened(self._lines)
         except BaseException:
             await self.aclose()
             raise

@@ -4,9 +4,10 @@ Every call is a request to the node's server (`space.node.server`), its argument
 and results in the seam's wire format (`wire`). Streams stay streams end to end:
 `read_file` yields the response body as it arrives, `write_file` sends its chunks
 as a chunked request body, process handles and watches read NDJSON lines (each at
-most `max_message_bytes`), `open_port` is a WebSocket (`tunnel`). One pooled
-`httpx.AsyncClient` with keep-alive; unary calls are bounded by `call_timeout`,
-`exec` by its own timeout, streams by their process.
+most `max_message_bytes`), `open_port` is a WebSocket (`tunnel`). Two pooled
+`httpx.AsyncClient`s with keep-alive, one for unary calls and one for streams (each
+open stream holds a connection); unary calls are bounded by `call_timeout`, `exec` by
+its own timeout, streams by their process.
 
 Errors: what the node raised comes back as the same class (`wire.decode_error`);
 a node that cannot be reached, resets the connection or times out is
@@ -48,6 +49,7 @@ from space.seam.values import (
 R = TypeVar("R")
 log = logging.getLogger(__name__)
 EXEC_MARGIN = 30.0  # seconds an exec's answer may take past its own timeout
+EXEC_UNTIMED = 86400.0 + EXEC_MARGIN  # an exec without one: the API's longest (a day)
 
 
 class RemoteNode:
@@ -226,10 +228,8 @@ class RemoteNode:
         return observed
 
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
-        timeout = None if request.timeout is None else request.timeout + EXEC_MARGIN
-        return await self.call(
-            wire.EXEC, timeout=timeout or 86400.0, sandbox_id=sandbox_id, request=request
-        )
+        timeout = EXEC_UNTIMED if request.timeout is None else request.timeout + EXEC_MARGIN
+        return await self.call(wire.EXEC, timeout=timeout, sandbox_id=sandbox_id, request=request)
 
     async def start_command(self, sandbox_id: str, request: ExecRequest) -> CommandHandle:
         return await self._process(wire.START_COMMAND, sandbox_id=sandbox_id, request=request)
@@ -248,12 +248,20 @@ class RemoteNode:
         stack = AsyncExitStack()
         lines = self.lines(await stack.enter_async_context(self.stream(call, **args)))
         try:
-            with self.converted():
-                first = wire.decode(wire.Opened, await anext(lines))
+            first = await self.opened(lines)
         except BaseException:
             await stack.aclose()
             raise
         return RemoteCommand(self, first, lines, stack)
+
+    async def opened(self, lines: AsyncIterator[Any]) -> wire.Opened:
+        """A stream's first line (`NodeUnreachable` if it ends before)."""
+        first = await anext(lines, None)
+        if first is None:
+            raise NodeUnreachable(self.url, "a stream ended before it opened")
+        with self.converted():
+            opened: wire.Opened = wire.decode(wire.Opened, first, "opened")
+        return opened
 
     async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         async with self.stream(wire.READ_FILE, sandbox_id=sandbox_id, path=path) as response:
