@@ -131,6 +131,22 @@ def test_errors_come_back_as_their_class(exc: Exception) -> None:
         assert (back.errno, back.strerror, back.filename) == (exc.errno, exc.strerror, exc.filename)
 
 
+def test_a_subclass_crosses_as_its_nearest_known_class() -> None:
+    class CutOff(errors.SandboxUnavailable):
+        pass
+
+    class Unsupported(OSError):
+        pass
+
+    back = wire.decode_error(wire.encode_error(CutOff("s1", "running", "agent gone")))
+    assert type(back) is errors.SandboxUnavailable
+    assert (back.sandbox_id, back.state, back.reason) == ("s1", "running", "agent gone")
+    unsupported = wire.decode_error(wire.encode_error(Unsupported(95, "no reflink", "/p")))
+    assert type(unsupported) is OSError and unsupported.errno == 95
+    too_large = wire.decode_error(wire.encode_error(wire.TooLarge(10)))
+    assert type(too_large) is NodeError and "larger than 10 bytes" in str(too_large)
+
+
 def test_unknown_error_types_become_a_node_error() -> None:
     back = wire.decode_error(wire.encode_error(KeyError("k")))
     assert type(back) is NodeError

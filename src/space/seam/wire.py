@@ -11,7 +11,8 @@ type of its result, so the server and `remote.RemoteNode` read the same signatur
 
 Errors cross as `{"error": {"type": <class name>, "message": ..., "fields": {...}}}`:
 a seam error or builtin the table knows comes back as the same class with the same
-message and attributes; any other type as a plain `NodeError` naming it. Every
+message and attributes (a subclass of one as that one); any other type as a plain
+`NodeError` naming it. Every
 message is bounded by `max_bytes` before it is parsed (`TooLarge`).
 """
 
@@ -307,8 +308,9 @@ def error_status(exc: BaseException) -> int:
 
 
 def encode_error(exc: BaseException) -> dict[str, Any]:
-    """`{"error": {"type", "message", "fields"}}`: the class's name, its message and
-    its JSON-able attributes (an `OSError`'s errno, strerror and filename)."""
+    """`{"error": {"type", "message", "fields"}}`: the name of the nearest class the
+    other side knows (a node's own `NodeError` or `OSError` subclass crosses as that),
+    its message and its JSON-able attributes (an `OSError`'s errno, strerror, filename)."""
     if isinstance(exc, OSError):
         fields: dict[str, Any] = {
             "errno": exc.errno,
@@ -318,7 +320,17 @@ def encode_error(exc: BaseException) -> dict[str, Any]:
     else:
         fields = {k: _bounded(v) for k, v in vars(exc).items() if _jsonable(v)}
     message = str(exc)[:_MAX_MESSAGE]
-    return {"error": {"type": type(exc).__name__, "message": message, "fields": fields}}
+    return {"error": {"type": _known_name(exc), "message": message, "fields": fields}}
+
+
+def _known_name(exc: BaseException) -> str:
+    """A wire error keeps its own name (the client makes it a `NodeError`, not a
+    `ValueError`); anything else the name of its nearest known ancestor, or its own."""
+    if not isinstance(exc, WireError):
+        for cls in type(exc).__mro__:
+            if _KNOWN.get(cls.__name__) is cls:
+                return cls.__name__
+    return type(exc).__name__
 
 
 def _jsonable(value: Any) -> bool:
