@@ -11,6 +11,7 @@ import pytest
 
 from space.seam import errors, values, wire
 from space.seam.errors import NodeError
+from space.seam.protocol import NodeClient
 
 pytestmark = pytest.mark.scaleout
 
@@ -159,3 +160,10 @@ def test_statuses() -> None:
     assert wire.error_status(wire.TooLarge(1)) == 413
     assert wire.error_status(wire.WireError("x")) == 400
     assert wire.error_status(RuntimeError("x")) == 500
+
+
+def test_every_node_client_method_is_a_wire_call() -> None:
+    methods = {name for name in dir(NodeClient) if not name.startswith("_")}
+    calls = {value.name for value in vars(wire).values() if isinstance(value, wire.Call)}
+    handle_calls = {"write_stdin", "close_stdin", "signal", "resize"}
+    assert calls - handle_calls == methods
