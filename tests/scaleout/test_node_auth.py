@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from space.config import NodeLinkConfig, NodeTokenError
+from space.node.server import create_node_app
 from space.seam import wire
 from space.seam.errors import NodeError, SandboxNotFound
 from space.seam.values import ExecRequest
@@ -142,6 +143,12 @@ async def test_oversized_upload_is_413_and_not_written(fake: PowerNode, token: s
 
 async def _once(data: bytes):
     yield data
+
+
+@pytest.mark.parametrize("weak", ["", "x" * 31])
+def test_the_node_app_refuses_an_empty_or_short_token(fake: PowerNode, weak: str) -> None:
+    with pytest.raises(NodeTokenError, match="at least 32 characters"):
+        create_node_app(fake, weak, NodeLinkConfig())
 
 
 def test_short_token_is_refused_naming_the_variable() -> None:

@@ -36,7 +36,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from space.config import NodeLinkConfig
+from space.config import MIN_NODE_TOKEN, NodeLinkConfig, NodeTokenError
 from space.node.server_io import (
     CountedBody,
     Stream,
@@ -67,9 +67,12 @@ def create_node_app(node: NodeClient, token: str, config: NodeLinkConfig) -> ASG
 
 
 class BearerAuth:
-    """401 JSON for a request without the node token (before its body is read)."""
+    """401 JSON for a request without the node token (before its body is read). A token
+    shorter than `MIN_NODE_TOKEN` is refused here too: never an open node by mistake."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
+        if len(token) < MIN_NODE_TOKEN:
+            raise NodeTokenError(f"a node token has at least {MIN_NODE_TOKEN} characters")
         self._app = app
         self._expected = f"Bearer {token}".encode()
 
