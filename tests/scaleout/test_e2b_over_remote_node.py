@@ -1,7 +1,7 @@
-"""The E2B front over the HTTP seam: the unmodified async `e2b` SDK's tests
-(`tests/e2b/test_e2b_async.py`: commands, stdin, background output, files, a watch, a
-PTY, pause and connect) run again against an API whose node is a `RemoteNode` → a
-node server (a thread of its own) → the fake node."""
+"""The E2B front over the HTTP seam: the unmodified `e2b` SDK's tests of the node's
+surface (`tests/e2b/test_e2b_async.py` and the sync ones: commands, stdin, background
+output, keepalives, files, watches, PTYs, pause and connect) run again against an API
+whose node is a `RemoteNode` → a node server (a thread of its own) → the fake node."""
 
 from __future__ import annotations
 
@@ -22,6 +22,15 @@ from tests.e2b.test_e2b_async import (  # noqa: F401 (collected here once more)
     test_commands,
     test_files_and_watch,
     test_pty_and_lifecycle,
+)
+from tests.e2b.test_e2b_sync import (  # noqa: F401 (collected here once more)
+    test_background_stdin_list_and_kill,
+    test_create_run_and_kill,
+    test_files_roundtrip,
+    test_output_streams_with_keepalives,
+    test_pause_connect_and_network,
+    test_pty,
+    test_watch_dir_and_signed_urls,
 )
 from tests.scaleout.conftest import new_token
 
