@@ -14,19 +14,27 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from space.cli_client import SHORT, add_sandbox_commands, add_short_commands
 from space.cli_output import BuildProgress, err, out, table
-from space.config import RecoveryConfig, ServerConfig, Settings, TimeoutConfig
+from space.config import (
+    NodeLinkConfig,
+    NodeTokenError,
+    RecoveryConfig,
+    ServerConfig,
+    Settings,
+    TimeoutConfig,
+)
 from space.private import private_dir, private_umask, tighten
 from space.rlimits import raise_nofile
 from space.sdk import SpaceError, TransportError
+from space.seam.protocol import NodeClient
 
 if TYPE_CHECKING:
     from space.control.leader import Fence
@@ -35,7 +43,7 @@ if TYPE_CHECKING:
     from space.node.templates import Progress
     from space.node.vmm.jail import JailConfig
     from space.node.warm import WarmSizing
-    from space.seam.protocol import NodeClient
+    from space.seam.remote import RemoteNode
     from space.store.db import Database
     from space.store.keys import KeyInfo
 
@@ -43,10 +51,18 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[argparse.Namespace], int]
 
-# Processes that write server state, so run with umask 077 (`node` joins once it serves).
-SERVER_COMMANDS = frozenset({"up", "api", "controller", "keys", "audit"})
+# Processes that write server state, so run with umask 077.
+SERVER_COMMANDS = frozenset({"up", "api", "controller", "node", "keys", "audit"})
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 CLIENT_COMMANDS = frozenset({"sandbox", "credentials", *SHORT})
+
+
+class OpenNode(NodeClient, Protocol):
+    """A node a server process opens before its first call and closes at the end."""
+
+    async def open(self) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
@@ -76,20 +92,35 @@ def prepare_server(args: argparse.Namespace) -> Settings:
 def cmd_up(args: argparse.Namespace) -> int:
     """API + controller + local node in one process, once the host passes `space doctor`'s
     checks (without its boot-speed probe)."""
-    from space.doctor import failures, refusal, run_checks
-
-    settings = settings_from(args)
-    findings = run_checks(settings)
-    if failures(findings):
-        err(refusal(findings))
+    if _host_refused(args):
         return 3
     settings = prepare_server(args)
     asyncio.run(_serve_with_node(settings))
     return 0
 
 
+def _host_refused(args: argparse.Namespace) -> bool:
+    """True (the reasons printed) if this host fails `space doctor`'s checks."""
+    from space.doctor import failures, refusal, run_checks
+
+    findings = run_checks(settings_from(args))
+    if failures(findings):
+        err(refusal(findings))
+        return True
+    return False
+
+
 async def _serve_with_node(settings: Settings) -> None:
-    from space.api.app import create_app
+    async with _hosted_node(settings) as (node, db):
+        registries = [node.egress.gateway.metrics.registry, node.metrics.registry]
+        await _serve_api(settings, node, db, registries=registries, reconcile=True)
+
+
+@asynccontextmanager
+async def _hosted_node(settings: Settings) -> AsyncIterator[tuple[LocalNode, Database]]:
+    """This host's node, open and registered (heartbeating) while the block runs, and the
+    database it registers in; closed after (SIGTERM/SIGINT held until then), its
+    sandboxes' VMs left for the next start to adopt."""
     from space.api.bootstrap import open_database
     from space.control.registry import keep_registered
 
@@ -101,22 +132,36 @@ async def _serve_with_node(settings: Settings) -> None:
     )
     with _signals_after_cleanup():
         try:
-            registries = [node.egress.gateway.metrics.registry, node.metrics.registry]
-            app = create_app(settings, node, db=db, metrics_from=registries)
-            await app.state.ingress.start()
-            _announce(settings)
-            ingress = settings.ingress
-            out(f"sandbox URLs: http://<port>-<sandbox id>.{ingress.domain} ({ingress.host})")
-            try:
-                await _uvicorn(app, settings)
-            finally:
-                await app.state.ingress.aclose()
+            yield node, db
         finally:
             registered.cancel()
             await asyncio.wait({registered})
             await node.aclose()
             db.dispose()
             log.info("node closed; sandboxes' VMs left for adoption")
+
+
+async def _serve_api(
+    settings: Settings,
+    node: NodeClient,
+    db: Database,
+    *,
+    registries: Sequence[Any] = (),
+    reconcile: bool,
+) -> None:
+    """The API with a node (and its ingress) until uvicorn stops; `reconcile`: this
+    process also runs the reconciler (`space up`; not an API replica)."""
+    from space.api.app import create_app
+
+    app = create_app(settings, node, db=db, run_controller=reconcile, metrics_from=registries)
+    await app.state.ingress.start()
+    _announce(settings)
+    ingress = settings.ingress
+    out(f"sandbox URLs: http://<port>-<sandbox id>.{ingress.domain} ({ingress.host})")
+    try:
+        await _uvicorn(app, settings)
+    finally:
+        await app.state.ingress.aclose()
 
 
 @contextmanager
@@ -269,30 +314,81 @@ def _protected_hosts(settings: Settings) -> tuple[str, ...]:
 
 
 def cmd_api(args: argparse.Namespace) -> int:
-    """An API replica without a node: creation waits for `space controller`."""
+    """An API replica. With `SPACE_NODE_URL`: data-plane calls, creates, deletes and
+    power operations go to that `space node` (the leading `space controller`
+    reconciles); without: no node, creation waits for `space controller`."""
     from space.api.app import create_app
 
     settings = prepare_server(args)
+    if settings.node_link.url:
+        try:
+            node = remote_node(settings.node_link)
+        except NodeTokenError as exc:
+            err(f"error: {exc}")
+            return 2
+        asyncio.run(_serve_api_remote(settings, node))
+        return 0
     app = create_app(settings, None)
     _announce(settings)
     asyncio.run(_uvicorn(app, settings))
     return 0
 
 
+async def _serve_api_remote(settings: Settings, node: RemoteNode) -> None:
+    from space.api.bootstrap import open_database
+
+    db = open_database(settings)
+    await node.open()
+    try:
+        await _serve_api(settings, node, db, reconcile=False)
+    finally:
+        await node.aclose()
+        db.dispose()
+
+
+def remote_node(link: NodeLinkConfig) -> RemoteNode:
+    """The `space node` at `SPACE_NODE_URL` (NodeTokenError without a usable token)."""
+    from space.seam.remote import RemoteNode
+
+    return RemoteNode(
+        link.url,
+        link.read_token(),
+        connect_timeout=link.connect_timeout,
+        call_timeout=link.call_timeout,
+        max_message_bytes=link.max_message_bytes,
+        max_connections=link.max_connections,
+        max_streams=link.max_streams,
+    )
+
+
+def _node_of(settings: Settings) -> OpenNode:
+    """`SPACE_NODE_URL`'s node over HTTP, else this host's node in-process."""
+    if settings.node_link.url:
+        return remote_node(settings.node_link)
+    return _local_node(settings)
+
+
 def cmd_controller(args: argparse.Namespace) -> int:
-    """The reconciler over the database, driving the node of this host."""
+    """The reconciler over the database, driving this host's node in-process, or the
+    `space node` at `SPACE_NODE_URL`."""
     settings = prepare_server(args)
-    asyncio.run(_run_controller(settings))
+    try:
+        node = _node_of(settings)
+    except NodeTokenError as exc:
+        err(f"error: {exc}")
+        return 2
+    asyncio.run(_run_controller(settings, node))
     return 0
 
 
-async def _run_controller(settings: Settings) -> None:
+async def _run_controller(settings: Settings, node: OpenNode) -> None:
+    """Leads (or waits to), reconciling over `node`; registers it unless it is remote
+    (a `space node` registers itself)."""
     from space.api.bootstrap import open_database
     from space.control.leader import Leadership
     from space.control.registry import keep_registered
 
     db = open_database(settings)
-    node = _local_node(settings)
     await node.open()
     leadership = Leadership(db=db, config=settings.cluster)
     err(f"space controller {leadership.holder} over {settings.database_url.split('@')[-1]}")
@@ -304,15 +400,17 @@ async def _run_controller(settings: Settings) -> None:
         leadership.run(lambda fence: _reconcile(settings, db, node, fence))
     )
     stopping = asyncio.ensure_future(stop.wait())
-    registered = asyncio.ensure_future(
-        keep_registered(db, node, settings.cluster, settings.data_dir)
-    )
+    tasks: set[asyncio.Future[Any]] = {leading, stopping}
+    if not settings.node_link.url:
+        tasks.add(
+            asyncio.ensure_future(keep_registered(db, node, settings.cluster, settings.data_dir))
+        )
     try:
         await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (leading, stopping, registered):
+        for task in tasks:
             task.cancel()
-        await asyncio.wait({leading, stopping, registered})
+        await asyncio.wait(tasks)
         await node.aclose()
         db.dispose()
     if leading.done() and not leading.cancelled():
@@ -362,9 +460,36 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 3 if failures(findings) else 0
 
 
-def cmd_node(_args: argparse.Namespace) -> int:
-    err("space node: a node worker served over HTTP is not available yet; run `space up`")
-    return 2
+def cmd_node(args: argparse.Namespace) -> int:
+    """This host's node worker served over HTTP on `SPACE_NODE_LISTEN` (`--host`/`--port`
+    override it), behind the node token, registered and heartbeating as `space up`'s;
+    refused without a token or on a host that fails `space doctor`'s checks."""
+    settings = settings_from(args)
+    try:
+        token = settings.node_link.read_token()
+    except NodeTokenError as exc:
+        err(f"error: {exc}")
+        return 2
+    if _host_refused(args):
+        return 3
+    asyncio.run(_serve_node(prepare_server(args), token, _listen(settings.node_link, args)))
+    return 0
+
+
+def _listen(link: NodeLinkConfig, args: argparse.Namespace) -> tuple[str, int]:
+    host, port = link.host_port
+    return args.node_host or host, port if args.node_port is None else args.node_port
+
+
+async def _serve_node(settings: Settings, token: str, listen: tuple[str, int]) -> None:
+    from space.node.server import create_node_app
+    from space.node.server_io import WS_MAX_FRAME
+
+    async with _hosted_node(settings) as (node, _db):
+        app = create_node_app(node, token, settings.node_link)
+        out(f"SPACE node listening on http://{listen[0]}:{listen[1]}")
+        drain = settings.node_link.drain_seconds  # process streams last as long as the process
+        await _uvicorn_at(app, listen, ws_max_size=WS_MAX_FRAME, drain=drain)
 
 
 def _announce(settings: Settings) -> None:
@@ -376,14 +501,24 @@ def _announce(settings: Settings) -> None:
 
 
 async def _uvicorn(app: Any, settings: Settings) -> None:
+    listen = (settings.server.host, settings.server.port)
+    # a bigger WebSocket frame than the console's PTY takes is refused unread
+    await _uvicorn_at(app, listen, ws_max_size=settings.console.pty_message_bytes)
+
+
+async def _uvicorn_at(
+    app: Any, listen: tuple[str, int], *, ws_max_size: int, drain: int | None = None
+) -> None:
     import uvicorn
 
+    host, port = listen
     config = uvicorn.Config(
         app,
-        host=settings.server.host,
-        port=settings.server.port,
+        host=host,
+        port=port,
         log_level="info",
-        ws_max_size=settings.console.pty_message_bytes,  # a bigger frame is refused unread
+        ws_max_size=ws_max_size,
+        timeout_graceful_shutdown=drain,
     )
     await uvicorn.Server(config).serve()
 
@@ -598,7 +733,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _server_flags(_command(sub, "api", cmd_api, "an API replica (no node)"), listen=True)
     _server_flags(_command(sub, "controller", cmd_controller, "the reconciler"), listen=False)
-    _command(sub, "node", cmd_node, "a node worker served over HTTP (not yet)")
+    node = _command(sub, "node", cmd_node, "this host's node worker served over HTTP")
+    node.add_argument("--data-dir", help="state directory (SPACE_DATA_DIR)")
+    node.add_argument("--host", dest="node_host", help="listen host (SPACE_NODE_LISTEN)")
+    node.add_argument("--port", dest="node_port", type=int, help="listen port (SPACE_NODE_LISTEN)")
     doctor = _command(sub, "doctor", cmd_doctor, "check this host for `space up`")
     doctor.add_argument(
         "--no-boot-probe", action="store_true", help="skip booting the guest to time KVM vs TCG"

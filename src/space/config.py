@@ -12,7 +12,7 @@ import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, Field, PositiveInt, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from space.gateway.orgs import OrgPolicies
@@ -210,6 +210,107 @@ class NodeConfig(BaseSettings):
     pool_size: str = Field(
         default="64G", pattern=r"^[0-9]+[KMGT]$", validation_alias="SPACE_POOL_SIZE"
     )
+
+
+class NodeLinkConfig(BaseSettings):
+    """The node seam over HTTP (`space node`, and `space api`/`space controller` that
+        reach it): `SPACE_NODE_URL` (http(s)://host:port of a `space node`; unset: the
+        process builds its node in-process, as before), `SPACE_NODE_LISTEN` (host:port
+        `space node` serves on), the per-node bearer token in `SPACE_NODE_TOKEN_FILE`
+        (refused when group or others may read it) or `SPACE_NODE_TOKEN`, at least
+        `MIN_NODE_TOKEN` characters. Bounds: `max_message_bytes` for one JSON message or
+        stream line (either way), `max_upload_bytes` for one `write_file` body,
+        `max_handles` open process streams a node serves, `max_connections` pooled
+    connections for unary calls and `max_streams` for streams a client holds; timeouts
+        in seconds: `connect_timeout`, `call_timeout` for a unary call (not `exec`, which
+        its own timeout bounds, nor streams, which last as long as their process)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SPACE_NODE_", extra="ignore", populate_by_name=True
+    )
+
+    url: str = Field(
+        default="", pattern=r"^(https?://[^/?#\s]{1,255})?$", validation_alias="SPACE_NODE_URL"
+    )
+    listen: str = Field(
+        default="127.0.0.1:8090",
+        pattern=r"^[^\s/]{1,255}:[0-9]{1,5}$",
+        validation_alias="SPACE_NODE_LISTEN",
+    )
+    token: SecretStr | None = Field(default=None, validation_alias="SPACE_NODE_TOKEN")
+    token_file: Path | None = Field(default=None, validation_alias="SPACE_NODE_TOKEN_FILE")
+    connect_timeout: float = Field(
+        default=5.0, gt=0, le=600, validation_alias="SPACE_NODE_CONNECT_TIMEOUT"
+    )
+    call_timeout: float = Field(
+        default=300.0, gt=0, le=86400, validation_alias="SPACE_NODE_CALL_TIMEOUT"
+    )
+    max_message_bytes: int = Field(
+        default=64 * MIB, ge=64 * 1024, le=GIB, validation_alias="SPACE_NODE_MAX_MESSAGE_BYTES"
+    )
+    max_upload_bytes: int = Field(default=GIB, gt=0, validation_alias="SPACE_NODE_MAX_UPLOAD_BYTES")
+    max_handles: int = Field(
+        default=4096, ge=1, le=1 << 20, validation_alias="SPACE_NODE_MAX_HANDLES"
+    )
+    max_connections: int = Field(
+        default=64, ge=1, le=4096, validation_alias="SPACE_NODE_MAX_CONNECTIONS"
+    )
+    drain_seconds: int = Field(
+        default=10, ge=1, le=3600, validation_alias="SPACE_NODE_DRAIN_SECONDS"
+    )
+    max_streams: int = Field(
+        default=1024, ge=1, le=1 << 16, validation_alias="SPACE_NODE_MAX_STREAMS"
+    )
+
+    @field_validator("token")
+    @classmethod
+    def _long_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_NODE_TOKEN:
+            raise ValueError(f"SPACE_NODE_TOKEN must be at least {MIN_NODE_TOKEN} characters")
+        return value
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        """`SPACE_NODE_LISTEN` split."""
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+    def read_token(self) -> str:
+        """The node token: `SPACE_NODE_TOKEN_FILE` if set, else `SPACE_NODE_TOKEN`;
+        `NodeTokenError` without one, for a file group or others may read, or a short one."""
+        if self.token_file is None:
+            if self.token is None:
+                raise NodeTokenError(
+                    "no node token: set SPACE_NODE_TOKEN_FILE (a 0600 file) or SPACE_NODE_TOKEN"
+                )
+            return self.token.get_secret_value()
+        return _token_from(self.token_file)
+
+
+#: The shortest node token accepted (`openssl rand -hex 32` makes 64 characters).
+MIN_NODE_TOKEN = 32
+
+
+class NodeTokenError(ValueError):
+    """No usable node token: the message names the variable or file."""
+
+
+def _token_from(path: Path) -> str:
+    try:
+        mode = path.stat().st_mode
+        if mode & 0o077:
+            raise NodeTokenError(
+                f"SPACE_NODE_TOKEN_FILE {path} is readable by group or others "
+                f"(mode {mode & 0o777:o}); chmod 600 {path}"
+            )
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NodeTokenError(f"SPACE_NODE_TOKEN_FILE {path}: {exc}") from None
+    if len(token) < MIN_NODE_TOKEN:
+        raise NodeTokenError(
+            f"SPACE_NODE_TOKEN_FILE {path}: the token must be at least {MIN_NODE_TOKEN} characters"
+        )
+    return token
 
 
 class KeysConfig(BaseSettings):
@@ -444,6 +545,7 @@ class Settings(BaseSettings):
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     db: DatabaseConfig = Field(default_factory=DatabaseConfig)
     node: NodeConfig = Field(default_factory=NodeConfig)
+    node_link: NodeLinkConfig = Field(default_factory=NodeLinkConfig)
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     egress: EgressConfig = Field(default_factory=EgressConfig)
     keys: KeysConfig = Field(default_factory=KeysConfig)

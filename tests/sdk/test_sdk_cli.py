@@ -108,9 +108,13 @@ def test_sandbox_commands(
     assert json.loads(run(capsys, "sandbox", "ls", "--json")[1]) == []
 
 
-def test_node_entry_point_says_it_is_not_available(capsys: pytest.CaptureFixture[str]) -> None:
+def test_node_entry_point_refuses_to_serve_without_a_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable in ("SPACE_NODE_TOKEN", "SPACE_NODE_TOKEN_FILE"):
+        monkeypatch.delenv(variable, raising=False)
     assert main(["node"]) == 2
-    assert "not available" in capsys.readouterr().err
+    assert "no node token" in capsys.readouterr().err
 
 
 def test_logs_lists_replays_and_follows(

@@ -5,7 +5,8 @@ NodeError
 ├── SandboxUnavailable   it exists but is not running (state and reason say why)
 ├── BootFailed           its VM did not come up (the console's last lines say why)
 ├── UnknownTemplate      the node has no template of that name
-└── SnapshotMissing      a restore found no sealed snapshot
+├── SnapshotMissing      a restore found no sealed snapshot
+└── NodeUnreachable      a remote node did not answer (connection refused, reset, timed out)
 
 File operations fail with the builtin `OSError` kinds (FileNotFoundError,
 IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError), an unknown
@@ -52,3 +53,11 @@ class SnapshotMissing(NodeError):
     def __init__(self, sandbox_id: str) -> None:
         super().__init__(f"sandbox {sandbox_id} has no sealed snapshot to restore from")
         self.sandbox_id = sandbox_id
+
+
+class NodeUnreachable(NodeError):
+    """Raised on the control plane's side of an HTTP seam (`remote.RemoteNode`)."""
+
+    def __init__(self, node: str, why: str) -> None:
+        super().__init__(f"node {node} is unavailable: {why}")
+        self.node = node

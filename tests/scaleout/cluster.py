@@ -1,0 +1,101 @@
+"""`space node`, `space api` and `space controller` as three processes on one host,
+over the throw-away resources of a `tests.e2e.server.SpaceServer` (data dir, run dir,
+namespace prefix, ports, database): the server's sweep then finds what they leave."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.server import HEALTH_TIMEOUT, STOP_TIMEOUT, SpaceServer, free_port, space_binary
+from tests.throwaway import built_images
+
+
+class Cluster:
+    def __init__(self, server: SpaceServer) -> None:
+        self.server = server
+        self.token_file = server.root / "node.token"
+        self.token_file.write_text(secrets.token_hex(32))
+        self.token_file.chmod(0o600)
+        self.node_port = free_port()
+        self.node_url = f"http://127.0.0.1:{self.node_port}"
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def log(self, name: str) -> Path:
+        return self.server.root / f"space-{name}.log"
+
+    def start(self) -> None:
+        """The node, then the API, then the controller, each once it answers."""
+        built_images()
+        link = {"SPACE_NODE_URL": self.node_url, "SPACE_NODE_TOKEN_FILE": str(self.token_file)}
+        self.start_node()
+        self._spawn("api", ["--port", str(self.server.port)], **link)
+        self._healthy("api", f"{self.server.url}/healthz")
+        self._spawn("controller", [], SPACE_CONTROLLER_RECONCILE_INTERVAL="1", **link)
+
+    def start_node(self) -> None:
+        self._spawn(
+            "node",
+            ["--port", str(self.node_port)],
+            SPACE_NODE_TOKEN_FILE=str(self.token_file),
+            SPACE_NODE_WARM_POOL="{}",
+            SPACE_NODE_DRAIN_SECONDS="2",
+            SPACE_CLUSTER_NODE_NAME=f"node-{self.server.tag}",
+        )
+        self._healthy("node", f"{self.node_url}/healthz")
+
+    def _spawn(self, name: str, args: list[str], **env: str) -> None:
+        argv = [space_binary(), name, "--data-dir", str(self.server.data_dir), *args]
+        with self.log(name).open("ab") as log:
+            self._procs[name] = subprocess.Popen(
+                argv,
+                env={**self.server.env, **env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def _healthy(self, name: str, url: str) -> None:
+        deadline = time.monotonic() + HEALTH_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._procs[name].poll() is not None:
+                raise RuntimeError(f"space {name} exited:\n{self.tail(name)}")
+            try:
+                if httpx.get(url, timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"space {name} not healthy:\n{self.tail(name)}")
+
+    def alive(self, name: str) -> bool:
+        return self._procs[name].poll() is None
+
+    def tail(self, name: str, lines: int = 40) -> str:
+        text = self.log(name).read_text(errors="replace") if self.log(name).exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> list[str]:
+        """SIGTERM the API, the controller, then the node; the ones that needed a SIGKILL."""
+        forced = [self.stop_one(name) for name in ("api", "controller", "node")]
+        return [why for why in forced if why]
+
+    def stop_one(self, name: str) -> str:
+        """SIGTERM one process (SIGKILL after STOP_TIMEOUT: then why, else "")."""
+        proc = self._procs.get(name)
+        if proc is None or proc.poll() is not None:
+            return ""
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT)
+            return ""
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return f"space {name} did not stop on SIGTERM:\n{self.tail(name)}"
