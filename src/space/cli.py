@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, replace
@@ -320,13 +321,12 @@ def cmd_api(args: argparse.Namespace) -> int:
     from space.api.app import create_app
 
     settings = prepare_server(args)
-    if settings.node_link.url:
+    if settings.node_link.url or settings.cluster.node_tokens_dir:
         try:
-            node = remote_node(settings.node_link)
+            asyncio.run(_serve_api_remote(settings))
         except NodeTokenError as exc:
             err(f"error: {exc}")
             return 2
-        asyncio.run(_serve_api_remote(settings, node))
         return 0
     app = create_app(settings, None)
     _announce(settings)
@@ -334,15 +334,18 @@ def cmd_api(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve_api_remote(settings: Settings, node: RemoteNode) -> None:
+async def _serve_api_remote(settings: Settings) -> None:
     from space.api.bootstrap import open_database
 
     db = open_database(settings)
-    await node.open()
     try:
-        await _serve_api(settings, node, db, reconcile=False)
+        node = _node_of(settings, db)
+        await node.open()
+        try:
+            await _serve_api(settings, node, db, reconcile=False)
+        finally:
+            await node.aclose()
     finally:
-        await node.aclose()
         db.dispose()
 
 
@@ -361,8 +364,13 @@ def remote_node(link: NodeLinkConfig) -> RemoteNode:
     )
 
 
-def _node_of(settings: Settings) -> OpenNode:
-    """`SPACE_NODE_URL`'s node over HTTP, else this host's node in-process."""
+def _node_of(settings: Settings, db: Database) -> OpenNode:
+    """Every registered node (`SPACE_CLUSTER_NODE_TOKENS_DIR`), else `SPACE_NODE_URL`'s
+    node over HTTP, else this host's node in-process."""
+    if settings.cluster.node_tokens_dir is not None:
+        from space.cli_cluster import cluster_of
+
+        return cluster_of(settings, db)
     if settings.node_link.url:
         return remote_node(settings.node_link)
     return _local_node(settings)
@@ -373,22 +381,26 @@ def cmd_controller(args: argparse.Namespace) -> int:
     `space node` at `SPACE_NODE_URL`."""
     settings = prepare_server(args)
     try:
-        node = _node_of(settings)
+        asyncio.run(_run_controller(settings))
     except NodeTokenError as exc:
         err(f"error: {exc}")
         return 2
-    asyncio.run(_run_controller(settings, node))
     return 0
 
 
-async def _run_controller(settings: Settings, node: OpenNode) -> None:
-    """Leads (or waits to), reconciling over `node`; registers it unless it is remote
-    (a `space node` registers itself)."""
+async def _run_controller(settings: Settings) -> None:
+    """Leads (or waits to), reconciling over its node (or nodes); registers it unless it
+    is remote (a `space node` registers itself)."""
     from space.api.bootstrap import open_database
     from space.control.leader import Leadership
     from space.control.registry import keep_registered
 
     db = open_database(settings)
+    try:
+        node = _node_of(settings, db)
+    except NodeTokenError:
+        db.dispose()
+        raise
     await node.open()
     leadership = Leadership(db=db, config=settings.cluster)
     err(f"space controller {leadership.holder} over {settings.database_url.split('@')[-1]}")
@@ -401,7 +413,7 @@ async def _run_controller(settings: Settings, node: OpenNode) -> None:
     )
     stopping = asyncio.ensure_future(stop.wait())
     tasks: set[asyncio.Future[Any]] = {leading, stopping}
-    if not settings.node_link.url:
+    if not (settings.node_link.url or settings.cluster.node_tokens_dir):
         tasks.add(
             asyncio.ensure_future(keep_registered(db, node, settings.cluster, settings.data_dir))
         )
@@ -472,8 +484,23 @@ def cmd_node(args: argparse.Namespace) -> int:
         return 2
     if _host_refused(args):
         return 3
-    asyncio.run(_serve_node(prepare_server(args), token, _listen(settings.node_link, args)))
+    listen = _listen(settings.node_link, args)
+    asyncio.run(_serve_node(_addressed(prepare_server(args), listen), token, listen))
     return 0
+
+
+def _addressed(settings: Settings, listen: tuple[str, int]) -> Settings:
+    """`settings` registering the node at its URL: `SPACE_CLUSTER_NODE_ADDRESS` if set,
+    else `http://<listen host>:<port>` (the host name for a wildcard listen)."""
+    if settings.cluster.node_address:
+        return settings
+    host, port = listen
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()
+    elif ":" in host:
+        host = f"[{host}]"
+    cluster = settings.cluster.model_copy(update={"node_address": f"http://{host}:{port}"})
+    return settings.model_copy(update={"cluster": cluster})
 
 
 def _listen(link: NodeLinkConfig, args: argparse.Namespace) -> tuple[str, int]:

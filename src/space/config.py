@@ -9,6 +9,7 @@ build one `Settings` and pass it down (`create_app(settings, node)`,
 from __future__ import annotations
 
 import ipaddress
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -295,20 +296,28 @@ class NodeTokenError(ValueError):
     """No usable node token: the message names the variable or file."""
 
 
-def _token_from(path: Path) -> str:
+def node_token(tokens_dir: Path, name: str) -> str:
+    """Node `name`'s token in `SPACE_CLUSTER_NODE_TOKENS_DIR` (NodeTokenError if the
+    name cannot be a file name, or the file is missing, short or readable by others)."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}", name) or ".." in name:
+        raise NodeTokenError(f"node name {name!r} cannot name a token file")
+    return _token_from(tokens_dir / name, "SPACE_CLUSTER_NODE_TOKENS_DIR file")
+
+
+def _token_from(path: Path, what: str = "SPACE_NODE_TOKEN_FILE") -> str:
     try:
         mode = path.stat().st_mode
         if mode & 0o077:
             raise NodeTokenError(
-                f"SPACE_NODE_TOKEN_FILE {path} is readable by group or others "
+                f"{what} {path} is readable by group or others "
                 f"(mode {mode & 0o777:o}); chmod 600 {path}"
             )
         token = path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise NodeTokenError(f"SPACE_NODE_TOKEN_FILE {path}: {exc}") from None
+        raise NodeTokenError(f"{what} {path}: {exc}") from None
     if len(token) < MIN_NODE_TOKEN:
         raise NodeTokenError(
-            f"SPACE_NODE_TOKEN_FILE {path}: the token must be at least {MIN_NODE_TOKEN} characters"
+            f"{what} {path}: the token must be at least {MIN_NODE_TOKEN} characters"
         )
     return token
 
@@ -452,7 +461,10 @@ class ClusterConfig(BaseSettings):
     stops acting once `renew_deadline_seconds` pass without a renewal, before anyone
     else can take the lease. Node registry: a node reports itself as `node_name`
     (default: the host name) at `node_address` every `heartbeat_seconds`; one silent
-    for `lost_after_seconds` is marked lost.
+    for `lost_after_seconds` is marked lost. With `node_tokens_dir`, `space api` and
+    `space controller` drive every registered node (`space.control.cluster`), node N
+    at its registered address with the token in the 0600 file `node_tokens_dir/N`,
+    re-reading the registry every `refresh_seconds`.
     """
 
     model_config = SettingsConfigDict(env_prefix="SPACE_CLUSTER_", extra="ignore")
@@ -464,6 +476,8 @@ class ClusterConfig(BaseSettings):
     node_address: str = Field(default="", max_length=255)
     heartbeat_seconds: float = Field(default=10.0, gt=0)
     lost_after_seconds: float = Field(default=60.0, gt=0)
+    node_tokens_dir: Path | None = None
+    refresh_seconds: float = Field(default=5.0, gt=0, le=3600)
 
     @model_validator(mode="after")
     def _ordered(self) -> ClusterConfig:

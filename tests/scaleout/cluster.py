@@ -35,23 +35,30 @@ class Cluster:
         built_images()
         link = {"SPACE_NODE_URL": self.node_url, "SPACE_NODE_TOKEN_FILE": str(self.token_file)}
         self.start_node()
-        self._spawn("api", ["--port", str(self.server.port)], **link)
-        self._healthy("api", f"{self.server.url}/healthz")
-        self._spawn("controller", [], SPACE_CONTROLLER_RECONCILE_INTERVAL="1", **link)
+        self.spawn_as("api", "api", ["--port", str(self.server.port)], **link)
+        self.healthy("api", f"{self.server.url}/healthz")
+        self.spawn_as(
+            "controller", "controller", [], SPACE_CONTROLLER_RECONCILE_INTERVAL="1", **link
+        )
 
-    def start_node(self) -> None:
-        self._spawn(
+    def start_node(self, **env: str) -> None:
+        self.spawn_as(
+            "node",
             "node",
             ["--port", str(self.node_port)],
-            SPACE_NODE_TOKEN_FILE=str(self.token_file),
-            SPACE_NODE_WARM_POOL="{}",
-            SPACE_NODE_DRAIN_SECONDS="2",
-            SPACE_CLUSTER_NODE_NAME=f"node-{self.server.tag}",
+            **{
+                "SPACE_NODE_TOKEN_FILE": str(self.token_file),
+                "SPACE_NODE_WARM_POOL": "{}",
+                "SPACE_NODE_DRAIN_SECONDS": "2",
+                "SPACE_CLUSTER_NODE_NAME": f"node-{self.server.tag}",
+                **env,
+            },
         )
-        self._healthy("node", f"{self.node_url}/healthz")
+        self.healthy("node", f"{self.node_url}/healthz")
 
-    def _spawn(self, name: str, args: list[str], **env: str) -> None:
-        argv = [space_binary(), name, "--data-dir", str(self.server.data_dir), *args]
+    def spawn_as(self, name: str, command: str, args: list[str], **env: str) -> None:
+        """`space <command> args` on this server's data dir, known here as `name`."""
+        argv = [space_binary(), command, "--data-dir", str(self.server.data_dir), *args]
         with self.log(name).open("ab") as log:
             self._procs[name] = subprocess.Popen(
                 argv,
@@ -61,7 +68,7 @@ class Cluster:
                 start_new_session=True,
             )
 
-    def _healthy(self, name: str, url: str) -> None:
+    def healthy(self, name: str, url: str) -> None:
         deadline = time.monotonic() + HEALTH_TIMEOUT
         while time.monotonic() < deadline:
             if self._procs[name].poll() is not None:
@@ -73,6 +80,11 @@ class Cluster:
                 pass
             time.sleep(0.2)
         raise RuntimeError(f"space {name} not healthy:\n{self.tail(name)}")
+
+    def kill(self, name: str, sig: int) -> None:
+        """Send `sig` to one process (not its group: the VMs a node started run on)."""
+        self._procs[name].send_signal(sig)
+        self._procs[name].wait(timeout=STOP_TIMEOUT)
 
     def alive(self, name: str) -> bool:
         return self._procs[name].poll() is None

@@ -125,7 +125,10 @@ class Cluster:
             for name in [n for n in self._members if n not in self._nodes]:
                 await self._members.pop(name).client.aclose()
             for node in nodes:
-                await self._join(node)
+                try:
+                    await self._join(node)
+                except Exception as exc:  # one node that cannot join never stops the rest
+                    log.error("node %s cannot join the cluster: %s", node.name, exc)
             self._refreshed = time.monotonic()
 
     async def _join(self, node: NodeInfo) -> None:

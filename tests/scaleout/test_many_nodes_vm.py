@@ -1,0 +1,142 @@
+"""Three real `space node` workers (LocalNode, TCG), two `space api` replicas and a
+`space controller` over one PostgreSQL database (`SPACE_CLUSTER_NODE_TOKENS_DIR`):
+sandboxes created through either replica spread over the nodes; exec, files and SSE
+work through either replica; a node's token opens no other node; a killed node's
+sandboxes fail naming it within the configured time while the others run on."""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import ServerFactory, database, space_server  # noqa: F401 (fixtures)
+from tests.scaleout.many import LOST_AFTER, ManyNodes
+from tests.waiting import wait_until
+
+pytestmark = [pytest.mark.scaleout, pytest.mark.vm, pytest.mark.netns]
+
+PER_NODE = 10  # 30 sandboxes
+
+
+@pytest.fixture
+def many(space_server: ServerFactory) -> Iterator[ManyNodes]:  # noqa: F811
+    running = ManyNodes([space_server() for _ in range(3)])
+    try:
+        running.start()
+        yield running
+    finally:
+        forced = running.stop()
+        assert not forced, "\n".join(forced)
+
+
+def client(many: ManyNodes, n: int) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {many.primary.key}"}
+    return httpx.Client(base_url=many.api_urls[n % 2], headers=headers, timeout=120)
+
+
+def node_of(http: httpx.Client, many: ManyNodes, sandbox: str) -> str:
+    """The running node holding `sandbox`: the one whose `observe` lists it."""
+    holders = []
+    for name, node in many.nodes.items():
+        if not node.alive("node"):
+            continue
+        token = many.token_of(name).read_text()
+        answer = httpx.post(
+            f"{node.node_url}/seam/v1/observe",
+            json={},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+        assert answer.status_code == 200, answer.text
+        if sandbox in answer.text:
+            holders.append(name)
+    assert len(holders) == 1, holders
+    return holders[0]
+
+
+def streamed(http: httpx.Client, sandbox: str, cmd: str) -> bytes:
+    started = http.post(f"/v1/sandboxes/{sandbox}/commands", json={"cmd": cmd})
+    assert started.status_code == 201, started.text
+    out, kind = b"", ""
+    path = f"/v1/sandboxes/{sandbox}/commands/{started.json()['id']}/events"
+    with http.stream("GET", path) as response:
+        for line in response.iter_lines():
+            if line.startswith("event:"):
+                kind = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and kind == "stdout":
+                out += base64.b64decode(json.loads(line.split(":", 1)[1])["data"])
+            elif kind == "exit":
+                break
+    return out
+
+
+@pytest.mark.parametrize("database", ["pg"], indirect=True)
+def test_three_nodes_two_replicas_and_a_lost_node(many: ManyNodes) -> None:
+    apis = [client(many, 0), client(many, 1)]
+    try:
+        sandboxes = []
+        for n in range(PER_NODE * len(many.nodes)):
+            created = apis[n % 2].post("/v1/sandboxes", json={})
+            assert created.status_code == 201, created.text
+            sandboxes.append(created.json()["id"])
+        placed = {sid: node_of(apis[0], many, sid) for sid in sandboxes}
+        assert sorted(list(placed.values()).count(name) for name in many.nodes) == [PER_NODE] * 3
+
+        for n, sid in enumerate(sandboxes):  # every call through the other replica too
+            http = apis[(n + 1) % 2]
+            ran = http.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": f"echo {sid}"})
+            assert ran.json()["stdout"] == f"{sid}\n", ran.text
+            put = http.put(f"/v1/sandboxes/{sid}/files", params={"path": "/root/f"}, content=sid)
+            assert put.status_code in (200, 201, 204), put.text
+            got = apis[n % 2].get(f"/v1/sandboxes/{sid}/files", params={"path": "/root/f"})
+            assert got.content == sid.encode()
+        assert streamed(apis[1], sandboxes[0], "echo one; echo two") == b"one\ntwo\n"
+
+        names = list(many.nodes)
+        victim, other = names[0], names[1]
+        stolen = many.token_of(victim).read_text()
+        refused = httpx.post(
+            f"{many.nodes[other].node_url}/seam/v1/observe",
+            json={},
+            headers={"Authorization": f"Bearer {stolen}"},
+            timeout=30,
+        )
+        assert refused.status_code == 401  # a node's token opens no other node
+
+        many.nodes[victim].kill("node", signal.SIGKILL)
+        lost = [sid for sid, name in placed.items() if name == victim]
+        kept = [sid for sid in sandboxes if sid not in lost]
+        killed_at = time.monotonic()
+
+        def failed() -> bool:
+            states = [apis[0].get(f"/v1/sandboxes/{sid}").json() for sid in lost]
+            return all(s["state"] == "error" for s in states)
+
+        wait_until(failed, LOST_AFTER + 60)
+        assert time.monotonic() - killed_at < LOST_AFTER + 60
+        for sid in lost:
+            reason = apis[1].get(f"/v1/sandboxes/{sid}").json()["reason"]
+            assert victim in reason and "lost" in reason, reason
+        for n, sid in enumerate(kept):  # nothing else is disturbed
+            assert apis[n % 2].get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+            ran = apis[n % 2].post(f"/v1/sandboxes/{sid}/exec", json={"cmd": "echo still"})
+            assert ran.json()["stdout"] == "still\n"
+        replacement = apis[0].post("/v1/sandboxes", json={})
+        assert replacement.status_code == 201, replacement.text
+        assert node_of(apis[0], many, replacement.json()["id"]) != victim
+        sandboxes.append(replacement.json()["id"])
+
+        many.start_node(victim)  # back: it adopts its VMs, which the deletes below remove
+        for sid in sandboxes:
+            assert apis[0].delete(f"/v1/sandboxes/{sid}").status_code in (200, 202, 204)
+        for sid in sandboxes:
+            wait_until(lambda sid=sid: apis[1].get(f"/v1/sandboxes/{sid}").status_code == 404, 120)
+    finally:
+        for http in apis:
+            http.close()
