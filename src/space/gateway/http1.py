@@ -288,6 +288,9 @@ class Http1Session:
             await self._out.flush()
             if self._upstream is not None:
                 await self._upstream.flush()
-            async with asyncio.timeout(timeout):
+            if timeout is None:
                 data = await self._reader.read(READ_SIZE)
+            else:
+                async with asyncio.timeout(timeout):
+                    data = await self._reader.read(READ_SIZE)
             self._conn.receive_data(data)
