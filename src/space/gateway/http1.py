@@ -167,7 +167,11 @@ class Http1Session:
         reply = response_headers(list(head.headers))
         if plan.applied:  # a scrubbed body may change length: let h11 frame it
             reply = scrubber.headers([(n, v) for n, v in reply if n.lower() != b"content-length"])
-        self._put(h11.Response(status_code=head.status_code, headers=reply))
+            self._put(h11.Response(status_code=head.status_code, headers=reply))
+        elif len(reply) == len(head.headers):  # nothing dropped: h11 parsed and checked them
+            self._put(h11.Response(status_code=head.status_code, headers=head.headers))
+        else:
+            self._put(h11.Response(status_code=head.status_code, headers=reply))
         async for chunk in upstream.body(self._out.flush):
             await self._out.write(self._conn.send(h11.Data(data=scrubber.feed(chunk))) or b"")
         if tail := scrubber.flush():
