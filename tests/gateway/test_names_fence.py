@@ -6,7 +6,7 @@ import pytest
 
 from space.gateway.ceiling import Ceiling
 from space.gateway.fence import address_allowed
-from space.gateway.names import BadName, normalise, split_authority
+from space.gateway.names import BadName, ip_literal, normalise, split_authority
 from space.gateway.policy import Policy
 
 
@@ -105,3 +105,22 @@ def test_fence_follows_the_ceiling_the_policy_carries() -> None:
 def test_a_tenant_cidr_cannot_open_the_operator_ceiling(allow: str, address: str) -> None:
     policy = Policy.parse({"mode": "allowlist", "allow": [allow]})
     assert not address_allowed(ipaddress.ip_address(address), policy)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1.2.3.4", "[::1]", "::1", "::ffff:1.2.3.4", "fe80::1%eth0", "[fe80::1]",
+        "01.2.3.4", "1.2.3", "1.2.3.4.5", "256.1.1.1", "١.٢.٣.٤", "0x7f.0.0.1", "2130706433",
+        "", ".", "..", "1..2.3", "allowed.test", "1.2.3.4 ", " 1.2.3.4", "[1.2.3.4]", "[::1",
+        "::", "[]", "1.2.3.4:80", "a:b", "xn--nxasmq6b", "১.১.১.১",
+    ],
+)  # fmt: skip
+def test_ip_literal_agrees_with_ipaddress(text: str) -> None:
+    """The quick refusal of plain names never refuses what `ip_address` accepts."""
+    candidate = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    try:
+        expected: object = ipaddress.ip_address(candidate)
+    except ValueError:
+        expected = None
+    assert ip_literal(text) == expected

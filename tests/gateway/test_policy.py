@@ -7,7 +7,15 @@ from ipaddress import ip_address, ip_network
 import pytest
 
 from space.gateway.ceiling import Ceiling
-from space.gateway.policy import Policy, PolicyError, Request, Rule, decide, decide_name
+from space.gateway.policy import (
+    DECISION_CACHE,
+    Policy,
+    PolicyError,
+    Request,
+    Rule,
+    decide,
+    decide_name,
+)
 
 ALLOW = Policy.parse(
     {
@@ -169,3 +177,19 @@ def test_an_operator_opened_range_is_reachable_by_cidr_but_node_addresses_never(
     assert decide(plain("10.1.2.3"), policy).allowed
     assert not decide(plain("10.1.0.1"), policy).allowed
     assert not decide(plain("10.2.0.1"), policy).allowed
+
+
+def test_decisions_are_kept_per_policy_and_bounded() -> None:
+    policy = Policy.parse({"mode": "allowlist", "allow": ["pypi.org"]}, version=1)
+    request = Request("pypi.org", 443, tls=True, sni="pypi.org")
+    first = decide(request, policy)
+    assert first.allowed and decide(request, policy) is first  # the second is a lookup
+    # a new version (or the same under another ceiling) decides afresh
+    stricter = Policy.parse({"mode": "allowlist", "allow": []}, version=2)
+    assert not decide(request, stricter).allowed
+    assert decide(request, policy.under(Ceiling.build([]))).allowed
+    assert policy.under(Ceiling.build([])) == policy.under(Ceiling.build([]))  # memo not in ==
+    for n in range(DECISION_CACHE * 3):  # guest-chosen names cannot grow it without end
+        decide(Request(f"h{n}.example", 443, tls=False), policy)
+    assert len(policy._decisions) <= DECISION_CACHE
+    assert decide(request, policy) == first

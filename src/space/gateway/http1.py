@@ -5,6 +5,11 @@ policy, so a policy change applies to the next request on a kept-alive connectio
 audited, and re-framed to an upstream exchange; the upstream connection is reused
 while the host stays the same. A WebSocket handshake that the policy allows and the
 upstream accepts turns the connection into a byte relay after the 101.
+
+What goes to the guest is gathered in a `Sink`: a response's head, body and end
+leave in one send when the upstream delivered them together, and every sink is
+flushed before the session waits to read from the guest or the upstream, so a slow
+or endless body still streams as it arrives.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ from space.credentials.stream import BodyRefused, HeldBody, Scrubber
 from space.credentials.wire import Denied, Plan, WireRequest
 from space.gateway.audit import request_record
 from space.gateway.checks import Checked, Headers, Refused, check_request
-from space.gateway.exchange import IO_TIMEOUT, READ_SIZE, UpstreamExchange, response_headers
+from space.gateway.exchange import READ_SIZE, UpstreamExchange, response_headers
 from space.gateway.policy import Request, decide
 from space.gateway.relay import relay
 from space.gateway.sandbox import SandboxGate
+from space.gateway.sink import IO_TIMEOUT, Sink
 from space.gateway.upstream import UpstreamError, Upstreams
 
 
@@ -43,6 +49,7 @@ class Http1Session:
         self._sni = sni
         self._port = port
         self._conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+        self._out = Sink(writer)
         self._upstream: UpstreamExchange | None = None
         self.request: Request | None = None
         self._busy = False
@@ -76,7 +83,7 @@ class Http1Session:
         first = self.request is None
         deadline = limits.first_request_timeout if first else limits.idle_timeout
         async with asyncio.timeout(deadline):
-            event = await self._next(deadline)
+            event = await self._next(None)
         if not isinstance(event, h11.Request):
             return False
         self._busy = True
@@ -149,8 +156,8 @@ class Http1Session:
         headers = [(b"host", checked.authority.encode()), *plan.headers]
         if chunked:
             headers.append((b"transfer-encoding", b"chunked"))
-        if self._conn.they_are_waiting_for_100_continue:
-            await self._send(h11.InformationalResponse(status_code=100, headers=[]))
+        if self._conn.they_are_waiting_for_100_continue:  # sent before the body is read
+            self._put(h11.InformationalResponse(status_code=100, headers=[]))
         if not await self._send_request(upstream, checked, headers, plan, wire):
             return False
         head = await upstream.response()
@@ -160,12 +167,17 @@ class Http1Session:
         reply = response_headers(list(head.headers))
         if plan.applied:  # a scrubbed body may change length: let h11 frame it
             reply = scrubber.headers([(n, v) for n, v in reply if n.lower() != b"content-length"])
-        await self._send(h11.Response(status_code=head.status_code, headers=reply))
-        async for chunk in upstream.body():
-            await self._send(h11.Data(data=scrubber.feed(chunk)))
+            self._put(h11.Response(status_code=head.status_code, headers=reply))
+        elif len(reply) == len(head.headers):  # nothing dropped: h11 parsed and checked them
+            self._put(h11.Response(status_code=head.status_code, headers=head.headers))
+        else:
+            self._put(h11.Response(status_code=head.status_code, headers=reply))
+        async for chunk in upstream.body(self._out.flush):
+            await self._out.write(self._conn.send(h11.Data(data=scrubber.feed(chunk))) or b"")
         if tail := scrubber.flush():
-            await self._send(h11.Data(data=tail))
-        await self._send(h11.EndOfMessage())
+            self._put(h11.Data(data=tail))
+        self._put(h11.EndOfMessage())
+        await self._out.flush()
         if upstream.reusable():
             upstream.next_cycle()
         else:
@@ -186,7 +198,7 @@ class Http1Session:
         is sent (the secret never leaves for a refused request)."""
         body = HeldBody(self._gate.credentials, wire, plan)
         if not plan.applied:
-            await upstream.send_head(checked.method, checked.target, headers)
+            upstream.send_head(checked.method, checked.target, headers)
         try:
             while not isinstance(event := await self._next(IO_TIMEOUT), h11.EndOfMessage):
                 if not isinstance(event, h11.Data):
@@ -197,7 +209,7 @@ class Http1Session:
         except BodyRefused as refused:
             return await self._refuse_body(upstream, refused.denied)
         if plan.applied:
-            await upstream.send_head(checked.method, checked.target, headers)
+            upstream.send_head(checked.method, checked.target, headers)
             await upstream.send_data(held)
         await upstream.end()
         return True
@@ -225,7 +237,8 @@ class Http1Session:
         if not websocket:
             await self._refuse(502, "upstream switched protocols unasked")
             return False
-        await self._send(h11.InformationalResponse(status_code=101, headers=list(head.headers)))
+        self._put(h11.InformationalResponse(status_code=101, headers=list(head.headers)))
+        await self._out.flush()
         pending = bytes(self._conn.trailing_data[0])
         if pending:
             upstream.connection.writer.write(pending)
@@ -243,9 +256,10 @@ class Http1Session:
             (b"connection", b"close"),
         ]
         try:
-            await self._send(h11.Response(status_code=status, headers=headers))
-            await self._send(h11.Data(data=body))
-            await self._send(h11.EndOfMessage())
+            self._put(h11.Response(status_code=status, headers=headers))
+            self._put(h11.Data(data=body))
+            self._put(h11.EndOfMessage())
+            await self._out.flush()
         except (h11.LocalProtocolError, OSError, TimeoutError):
             pass
         return False
@@ -262,19 +276,25 @@ class Http1Session:
             )
         )
 
-    async def _send(self, event: h11.Event) -> None:
-        data = self._conn.send(event)
-        if data:
-            self._writer.write(data)
-            async with asyncio.timeout(IO_TIMEOUT):
-                await self._writer.drain()
+    def _put(self, event: h11.Event) -> None:
+        """Serialise `event` to the guest; it leaves with the next flush."""
+        self._out.put(self._conn.send(event) or b"")
 
-    async def _next(self, timeout: float) -> h11.Event:
+    async def _next(self, timeout: float | None) -> h11.Event:
+        """The guest's next event; before waiting for its bytes, everything pending
+        (a 100 Continue, request body for the upstream) is sent. `timeout` bounds
+        each read (None: the caller bounds the whole wait)."""
         while True:
             event = self._conn.next_event()
             if event is not h11.NEED_DATA:
                 assert not isinstance(event, type)
                 return event
-            async with asyncio.timeout(timeout):
+            await self._out.flush()
+            if self._upstream is not None:
+                await self._upstream.flush()
+            if timeout is None:
                 data = await self._reader.read(READ_SIZE)
+            else:
+                async with asyncio.timeout(timeout):
+                    data = await self._reader.read(READ_SIZE)
             self._conn.receive_data(data)

@@ -3,7 +3,9 @@
 Every stream is checked and decided on its own: an `:authority` other than the SNI
 gets 421 (no connection coalescing), CONNECT (and so RFC 8441 WebSockets) gets 405.
 Request bodies are acknowledged to the guest only once forwarded, and response data
-respects the guest's flow-control window.
+respects the guest's flow-control window. Frames are gathered and sent together
+(`_flush`, through a `Sink`): the response head with the first data, a chunk's
+frames in one send.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from space.credentials.stream import BodyRefused, HeldBody, Scrubber
 from space.credentials.wire import Denied, Plan, WireRequest
 from space.gateway.audit import request_record
 from space.gateway.checks import Checked, Headers, Refused, check_request
-from space.gateway.exchange import IO_TIMEOUT, READ_SIZE, UpstreamExchange, response_headers
+from space.gateway.exchange import READ_SIZE, UpstreamExchange, response_headers
 from space.gateway.policy import Request, decide
 from space.gateway.sandbox import SandboxGate
+from space.gateway.sink import IO_TIMEOUT, Sink
 from space.gateway.upstream import UpstreamError, Upstreams
 from space.tasks import TaskSet
 
@@ -50,6 +53,7 @@ class Http2Session:
         self._upstreams = upstreams
         self._reader = reader
         self._writer = writer
+        self._out = Sink(writer)
         self._sni = sni
         config = h2.config.H2Configuration(client_side=False, header_encoding=None)
         self._h2 = h2.connection.H2Connection(config)
@@ -233,9 +237,8 @@ class Http2Session:
             kept = scrubber.headers([(n, v) for n, v in kept if n.lower() != b"content-length"])
         reply = [(b":status", str(head.status_code).encode())]
         reply += [(n.lower(), v) for n, v in kept]
-        self._h2.send_headers(stream_id, reply)
-        await self._flush()
-        async for chunk in upstream.body():
+        self._h2.send_headers(stream_id, reply)  # sent with the first data, or before a wait
+        async for chunk in upstream.body(self._flush):
             await self._send_data(stream_id, scrubber.feed(chunk))
         await self._send_data(stream_id, scrubber.flush())
         self._h2.end_stream(stream_id)
@@ -256,8 +259,8 @@ class Http2Session:
         head); raises `BodyRefused` on a placeholder in the body."""
         body = HeldBody(self._gate.credentials, wire, plan)
         if not plan.applied:
-            await upstream.send_head(checked.method, checked.target, headers)
-        while not ended and (item := await _next_chunk(stream)) is not None:
+            upstream.send_head(checked.method, checked.target, headers)
+        while not ended and (item := await _next_chunk(stream, upstream)) is not None:
             if data := body.feed(item[0]):
                 await upstream.send_data(data)
             if stream_id in self._streams:
@@ -265,7 +268,7 @@ class Http2Session:
                 await self._flush()
         headers, held = body.release(headers)
         if plan.applied:
-            await upstream.send_head(checked.method, checked.target, headers)
+            upstream.send_head(checked.method, checked.target, headers)
             await upstream.send_data(held)
         await upstream.end()
 
@@ -277,12 +280,13 @@ class Http2Session:
             )
             if window <= 0:
                 self._window.clear()
+                await self._flush()
                 async with asyncio.timeout(IO_TIMEOUT):
                     await self._window.wait()
                 continue
             self._h2.send_data(stream_id, bytes(view[:window]))
             view = view[window:]
-            await self._flush()
+            await self._out.write(self._h2.data_to_send())
 
     async def _respond(
         self, stream_id: int, status: int, reason: str, extra: Headers | None = None
@@ -310,11 +314,8 @@ class Http2Session:
         self._gate.audit(record)
 
     async def _flush(self) -> None:
-        data = self._h2.data_to_send()
-        if data:
-            self._writer.write(data)
-            async with asyncio.timeout(IO_TIMEOUT):
-                await self._writer.drain()
+        self._out.put(self._h2.data_to_send())
+        await self._out.flush()
 
     async def _flush_quietly(self) -> None:
         try:
@@ -323,6 +324,10 @@ class Http2Session:
             pass
 
 
-async def _next_chunk(stream: _Stream) -> tuple[bytes, int] | None:
+async def _next_chunk(stream: _Stream, upstream: UpstreamExchange) -> tuple[bytes, int] | None:
+    """The guest's next body chunk (None at its end); what is gathered for the
+    upstream goes out before waiting for it."""
+    if stream.body.empty():
+        await upstream.flush()
     async with asyncio.timeout(IO_TIMEOUT):
         return await stream.body.get()

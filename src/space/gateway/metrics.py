@@ -47,9 +47,12 @@ class GatewayMetrics:
             ["kind", "decision"],
             registry=self.registry,
         )
-        for kind in DECISION_KINDS:  # every series exists from the start, at zero
-            for decision in DECISIONS:
-                self._decisions.labels(kind, decision)
+        # every series exists from the start, at zero
+        self._decided = {
+            (kind, decision): self._decisions.labels(kind, decision)
+            for kind in DECISION_KINDS
+            for decision in DECISIONS
+        }
         # Children resolved once, so the hot path is one dict lookup and an add.
         self._connections = {
             (listener, reason): connections.labels(listener, reason.value)
@@ -70,7 +73,8 @@ class GatewayMetrics:
 
     def decided(self, kind: str, decision: str) -> None:
         """One audited decision (`kind` and `decision` are code constants, never input)."""
-        self._decisions.labels(kind, decision).inc()
+        child = self._decided.get((kind, decision))
+        (child if child is not None else self._decisions.labels(kind, decision)).inc()
 
     def value(self, name: str, **labels: str) -> float:
         """A counter's current value (for tests and `space doctor`-style reports)."""

@@ -62,6 +62,8 @@ def policy_name(entry: str) -> str:
 def ip_literal(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """The address if `text` is an IP literal (brackets allowed for IPv6)."""
     candidate = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    if ":" not in candidate and not candidate.replace(".", "").isdigit():
+        return None  # what `ip_address` would refuse: IPv6 has a colon, IPv4 only digits
     try:
         return ipaddress.ip_address(candidate)
     except ValueError:

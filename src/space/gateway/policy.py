@@ -7,14 +7,16 @@ or explicit CIDRs (`203.0.113.0/24`), the only way to allow an IP-literal host.
 Every policy carries the operator ceiling it is applied under (`space.gateway.ceiling`;
 the gateway binds its current one): no entry opens an address the ceiling denies.
 `decide` is pure: the proxy, the DNS resolver and live policy changes all call it
-and nothing else.
+and nothing else. A policy never changes (a new version is a new object), so each
+keeps the decisions it made (at most `DECISION_CACHE`, then it starts over): a
+kept-alive connection's next request to the same host is one dict lookup.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from space.gateway.ceiling import DEFAULT, Ceiling, IPAddress, IPNetwork
@@ -22,6 +24,7 @@ from space.gateway.names import BadName, ip_literal, normalise, policy_name
 
 Mode = Literal["none", "allowlist", "open"]
 MODES: tuple[Mode, ...] = ("none", "allowlist", "open")
+DECISION_CACHE = 1024
 
 
 class PolicyError(ValueError):
@@ -76,6 +79,10 @@ class Policy:
     websocket: bool = False
     version: int = 0
     ceiling: Ceiling = DEFAULT
+    # decide()'s memo; not a field of the policy's value (no init, eq, hash or repr)
+    _decisions: dict[Request, Decision] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def parse(cls, data: Mapping[str, Any] | None, version: int = 0) -> Policy:
@@ -128,6 +135,16 @@ class Decision:
 
 def decide(request: Request, policy: Policy) -> Decision:
     """Allow or deny one request (or TLS handshake, or DNS name) under `policy`."""
+    decisions = policy._decisions
+    decision = decisions.get(request)
+    if decision is None:
+        if len(decisions) >= DECISION_CACHE:
+            decisions.clear()
+        decision = decisions[request] = _decide(request, policy)
+    return decision
+
+
+def _decide(request: Request, policy: Policy) -> Decision:
     host, problem = _request_host(request)
     if problem is not None:
         return problem
