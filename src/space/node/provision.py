@@ -16,6 +16,7 @@ import logging
 import secrets
 import shutil
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 from space.node.agent import AgentClient, AgentError
@@ -110,14 +111,15 @@ class Provisioning:
         sandbox.state = "running"
 
     async def claim(self, entry: Sandbox, spec: SandboxSpec) -> SandboxObservation:
-        """Hand a warm VM to `spec.sandbox_id`: persist the mapping, then personalise."""
+        """Hand a warm VM to `spec.sandbox_id`: persist the mapping (its fsyncs in a
+        thread) while the agent personalises it, both done before the answer."""
         record = dataclasses.replace(
             entry.record, sandbox_id=spec.sandbox_id, env=dict(spec.env), network=spec.network
         )
-        self._host.save(entry, record)
+        entry.record = record
         self._host.sandboxes[spec.sandbox_id] = entry
         try:
-            await entry.personalise()
+            await _both(asyncio.to_thread(self._host.save, entry, record), entry.personalise())
             await self._host.egress.claim(entry.record.slot, spec.network, spec.sandbox_id)
         except BaseException:
             await self._host.destroy(spec.sandbox_id)
@@ -216,6 +218,14 @@ class Provisioning:
             shutil.rmtree(host.run_dir / vm_id, ignore_errors=True)
             disk.unlink(missing_ok=True)
             memory.unlink(missing_ok=True)
+
+
+async def _both(first: Awaitable[None], second: Awaitable[None]) -> None:
+    """Run both to their end (neither is left running behind a failure), then raise the
+    first failure."""
+    for result in await asyncio.gather(first, second, return_exceptions=True):
+        if isinstance(result, BaseException):
+            raise result
 
 
 def _tail(path: Path, lines: int = 15) -> str:
