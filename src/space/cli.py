@@ -321,7 +321,7 @@ def cmd_api(args: argparse.Namespace) -> int:
     from space.api.app import create_app
 
     settings = prepare_server(args)
-    if settings.node_link.url or settings.cluster.node_tokens_dir:
+    if settings.node_link.url or settings.cluster.drives_nodes:
         try:
             asyncio.run(_serve_api_remote(settings))
         except NodeTokenError as exc:
@@ -365,9 +365,9 @@ def remote_node(link: NodeLinkConfig) -> RemoteNode:
 
 
 def _node_of(settings: Settings, db: Database) -> OpenNode:
-    """Every registered node (`SPACE_CLUSTER_NODE_TOKENS_DIR`), else `SPACE_NODE_URL`'s
+    """Every registered node (`SPACE_CLUSTER_NODE_TOKENS_DIR`/`_TOKEN`), else `SPACE_NODE_URL`'s
     node over HTTP, else this host's node in-process."""
-    if settings.cluster.node_tokens_dir is not None:
+    if settings.cluster.drives_nodes:
         from space.cli_cluster import cluster_of
 
         return cluster_of(settings, db)
@@ -413,7 +413,7 @@ async def _run_controller(settings: Settings) -> None:
     )
     stopping = asyncio.ensure_future(stop.wait())
     tasks: set[asyncio.Future[Any]] = {leading, stopping}
-    if not (settings.node_link.url or settings.cluster.node_tokens_dir):
+    if not (settings.node_link.url or settings.cluster.drives_nodes):
         tasks.add(
             asyncio.ensure_future(keep_registered(db, node, settings.cluster, settings.data_dir))
         )

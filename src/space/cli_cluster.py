@@ -1,12 +1,12 @@
 """The many-node composition: `space api` and `space controller` with
-`SPACE_CLUSTER_NODE_TOKENS_DIR` drive every registered `space node` through one
-`Cluster`, node N over HTTP at its registered address with its own token."""
+`SPACE_CLUSTER_NODE_TOKENS_DIR` (or `SPACE_CLUSTER_NODE_TOKEN`) drive every registered
+`space node` through one `Cluster`, node N over HTTP at its registered address."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from space.config import NodeTokenError, Settings, node_token
+from space.config import NodeTokenError, Settings
 from space.control.cluster import Cluster
 from space.seam.remote import RemoteNode
 from space.store.db import Database
@@ -15,7 +15,6 @@ from space.store.nodes import NodeInfo
 
 def cluster_of(settings: Settings, db: Database) -> Cluster:
     config = settings.cluster
-    assert config.node_tokens_dir is not None
     return Cluster(
         db,
         _connector(settings),
@@ -26,15 +25,14 @@ def cluster_of(settings: Settings, db: Database) -> Cluster:
 
 def _connector(settings: Settings) -> Callable[[NodeInfo], RemoteNode]:
     link = settings.node_link
-    tokens = settings.cluster.node_tokens_dir
-    assert tokens is not None
+    cluster = settings.cluster
 
     def connect(info: NodeInfo) -> RemoteNode:
         if not info.address.startswith(("http://", "https://")):
             raise NodeTokenError(f"node {info.name} registered {info.address!r}, not a URL")
         return RemoteNode(
             info.address,
-            node_token(tokens, info.name),
+            cluster.token_for(info.name),
             connect_timeout=link.connect_timeout,
             call_timeout=link.call_timeout,
             max_message_bytes=link.max_message_bytes,

@@ -461,10 +461,12 @@ class ClusterConfig(BaseSettings):
     stops acting once `renew_deadline_seconds` pass without a renewal, before anyone
     else can take the lease. Node registry: a node reports itself as `node_name`
     (default: the host name) at `node_address` every `heartbeat_seconds`; one silent
-    for `lost_after_seconds` is marked lost. With `node_tokens_dir`, `space api` and
-    `space controller` drive every registered node (`space.control.cluster`), node N
-    at its registered address with the token in the 0600 file `node_tokens_dir/N`,
-    re-reading the registry every `refresh_seconds`.
+    for `lost_after_seconds` is marked lost. With `node_tokens_dir` or `node_token`,
+    `space api` and `space controller` drive every registered node
+    (`space.control.cluster`), node N at its registered address with the token in the
+    0600 file `node_tokens_dir/N` (a token per node), or else `node_token` (one token
+    for every node: any node's token then opens all of them), re-reading the registry
+    every `refresh_seconds`.
     """
 
     model_config = SettingsConfigDict(env_prefix="SPACE_CLUSTER_", extra="ignore")
@@ -477,7 +479,21 @@ class ClusterConfig(BaseSettings):
     heartbeat_seconds: float = Field(default=10.0, gt=0)
     lost_after_seconds: float = Field(default=60.0, gt=0)
     node_tokens_dir: Path | None = None
+    node_token: SecretStr | None = None
     refresh_seconds: float = Field(default=5.0, gt=0, le=3600)
+
+    @property
+    def drives_nodes(self) -> bool:
+        """Whether this control-plane process drives every registered node."""
+        return self.node_tokens_dir is not None or self.node_token is not None
+
+    def token_for(self, name: str) -> str:
+        """The token node `name` answers to (NodeTokenError if there is none usable)."""
+        if self.node_tokens_dir is not None:
+            return node_token(self.node_tokens_dir, name)
+        if self.node_token is None:
+            raise NodeTokenError("set SPACE_CLUSTER_NODE_TOKENS_DIR or SPACE_CLUSTER_NODE_TOKEN")
+        return self.node_token.get_secret_value()
 
     @model_validator(mode="after")
     def _ordered(self) -> ClusterConfig:
@@ -487,6 +503,14 @@ class ClusterConfig(BaseSettings):
             )
         if self.lost_after_seconds <= self.heartbeat_seconds:
             raise ValueError("SPACE_CLUSTER_LOST_AFTER_SECONDS must exceed HEARTBEAT_SECONDS")
+        if self.node_tokens_dir is not None and self.node_token is not None:
+            raise ValueError(
+                "set SPACE_CLUSTER_NODE_TOKENS_DIR or SPACE_CLUSTER_NODE_TOKEN, not both"
+            )
+        if self.node_token is not None and len(self.node_token.get_secret_value()) < MIN_NODE_TOKEN:
+            raise ValueError(
+                f"SPACE_CLUSTER_NODE_TOKEN must be at least {MIN_NODE_TOKEN} characters"
+            )
         return self
 
 

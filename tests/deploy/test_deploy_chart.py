@@ -3,6 +3,7 @@ rendered object validates against the Kubernetes schemas (offline, kubernetes-va
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -127,7 +128,8 @@ def test_database_secret_existing_created_or_refused() -> None:
     assert secret["stringData"] == {"database-url": "postgresql://h/db"}
     api = by_kind(created, "Deployment", "api")
     assert env(api)["SPACE_DATABASE_URL"]["secretKeyRef"]["name"] == "space-postgresql"
-    assert not [d for d in render() if d["kind"] == "Secret"]
+    secrets = [d["metadata"]["name"] for d in render() if d["kind"] == "Secret"]
+    assert secrets == ["space-node-token"]  # no database Secret of its own
     with pytest.raises(subprocess.CalledProcessError) as refused:
         render(sets=("postgresql.existingSecret=",))
     assert "postgresql.existingSecret" in refused.value.stderr
@@ -189,3 +191,31 @@ def test_each_components_environment_is_valid_settings(
         if component == "controller":
             election = env(workload)
             assert settings.cluster.lease_seconds == float(election["SPACE_CLUSTER_LEASE_SECONDS"])
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_nodes_and_control_plane_share_the_node_token_and_nodes_are_reachable(name: str) -> None:
+    """A node refuses to start without a token: the chart hands one Secret's key to the
+    nodes (SPACE_NODE_TOKEN) and to the API and controller (SPACE_CLUSTER_NODE_TOKEN),
+    which then drive every registered node at the URL it registers (its pod IP)."""
+    docs = render(*VALUES[name])
+    node = by_kind(docs, "DaemonSet", "node")
+    refs = [env(node)["SPACE_NODE_TOKEN"]["secretKeyRef"]]
+    for component in ("api", "controller"):
+        refs.append(
+            env(by_kind(docs, "Deployment", component))["SPACE_CLUSTER_NODE_TOKEN"]["secretKeyRef"]
+        )
+    assert all(ref == refs[0] for ref in refs)
+    (secret,) = [
+        d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == refs[0]["name"]
+    ]
+    assert len(base64.b64decode(secret["data"][refs[0]["key"]])) >= 32
+    assert container(node)["args"][2:4] == ["--host", "0.0.0.0"]
+    port = str(container(node)["ports"][0]["containerPort"])
+    assert env(node)["SPACE_CLUSTER_NODE_ADDRESS"] == f"http://$(POD_IP):{port}"
+    kept = render(*VALUES[name], sets=("nodeToken.existingSecret=mine",))
+    assert not [d for d in kept if d["kind"] == "Secret" and d["metadata"]["name"] == "mine"]
+    assert (
+        env(by_kind(kept, "DaemonSet", "node"))["SPACE_NODE_TOKEN"]["secretKeyRef"]["name"]
+        == "mine"
+    )

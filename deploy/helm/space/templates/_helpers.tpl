@@ -35,6 +35,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{- define "space.nodeTokenSecret" -}}
+{{- .Values.nodeToken.existingSecret | default (printf "%s-node-token" (include "space.fullname" .)) -}}
+{{- end -}}
+
+{{/* The node token, as the variable `name` (the nodes' and the control plane's). */}}
+{{- define "space.nodeTokenEnv" -}}
+- name: {{ .name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "space.nodeTokenSecret" .root }}
+      key: {{ .root.Values.nodeToken.existingSecretKey }}
+{{- end -}}
+
 {{/* The environment every component shares: database, data dir, bootstrap key, extras. */}}
 {{- define "space.env" -}}
 - name: SPACE_DATABASE_URL
