@@ -108,6 +108,8 @@ class Sandbox(Base):
     last_activity_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
     request_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: The sandbox it was forked from (its memory and disk at the fork); None: a create.
+    fork_of: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class Command(Base):
