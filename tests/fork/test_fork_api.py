@@ -25,7 +25,9 @@ def power_node() -> PowerNode:
 
 
 @pytest.fixture
-async def fork_app(settings: Settings, app: FastAPI, power_node: PowerNode) -> AsyncIterator[FastAPI]:
+async def fork_app(
+    settings: Settings, app: FastAPI, power_node: PowerNode
+) -> AsyncIterator[FastAPI]:
     settings = settings.model_copy(update={"quotas": QuotaConfig(sandboxes=6)})
     forking = create_app(settings, power_node, db=app.state.space.db)
     async with forking.router.lifespan_context(forking):

@@ -11,7 +11,7 @@ import pytest
 from space.node.local import LocalNode
 from space.seam.errors import SandboxNotFound, SandboxUnavailable
 from tests.fork.workload import read_secret, sh, start_keeper
-from tests.node.conftest import SandboxFactory
+from tests.node.conftest import SandboxFactory, qemu_pids
 
 pytestmark = [
     pytest.mark.vm,
@@ -19,6 +19,13 @@ pytestmark = [
     pytest.mark.templates,
     pytest.mark.asyncio(loop_scope="session"),
 ]
+
+
+def shared_memory(sandbox_id: str) -> set[str]:
+    """The inodes of the sealed memory copies the sandbox's QEMU maps (its RAM)."""
+    [pid] = qemu_pids(f"space-{sandbox_id}")
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    return {line.split()[4] for line in maps if "memfd:space-base:" in line}
 
 
 def fork_snapshots(node: LocalNode) -> list[Path]:
@@ -45,6 +52,10 @@ async def test_forks_hold_the_sources_memory_and_disk_and_part_from_it(
     one, two = await forked(node, source, 2)
     try:
         assert fork_snapshots(node) == []  # the fork snapshot is gone once the forks run
+        # Both forks map one sealed copy of the fork's memory (the base snapshots' path).
+        forked_ram = shared_memory(one)
+        assert len(forked_ram) == 1 and shared_memory(two) == forked_ram
+        assert shared_memory(source).isdisjoint(forked_ram)
         for sandbox_id in (one, two):
             assert await read_secret(node, sandbox_id, pid) == secret
             assert await sh(node, sandbox_id, "cat /root/note") == "before\n"

@@ -1,18 +1,17 @@
 """`Forks`: new sandboxes holding a running sandbox's memory and disk at one instant.
 
-One fork snapshot per call: the source's VM is stopped, its RAM and device state
-and a reflink of its disk are sealed as a snapshot of their own (`fork-<hex>`, not
-the source's: a fork never becomes the source's restorable state), and the VM runs
-on. Each new sandbox is then a restore from that snapshot (`Provisioning.fork`):
-its own record, namespace, egress, disk clone and VM, personalised like a
+One fork snapshot per call: the source's VM is stopped, its RAM (as a memory file,
+the way a base snapshot holds it: `vmm/qemu_stream.py`), device state and a reflink
+of its disk are sealed as a snapshot of their own (`fork-<hex>`, not the source's:
+a fork never becomes the source's restorable state), and the VM runs on. Each new
+sandbox is then a restore from that snapshot (`Provisioning.fork`) by the base
+snapshots' shared-memory path: one sealed memfd of the memory file, mapped private
+by every fork, so the forks share the pages none of them has written. Each fork
+has its own record, namespace, egress, disk clone and VM, personalised like a
 base-snapshot restore (clock, CRNG reseed, hostname and identity, its own gateway
 CA). All or nothing: if one fork fails, the others are destroyed. The snapshot is
 removed once the forks run (or failed); the startup sweep removes any a crash left,
 and tears down forks whose record still says `forking`.
-
-The source's RAM is a private mapping (of its template's base memory), which
-QEMU's `x-ignore-shared` cannot leave out, so a fork snapshot carries the RAM in
-its migration stream and every fork loads it: forks share no pages with each other.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from space.seam.values import SandboxObservation, SandboxSpec
 
 FORK_MAX = 16  # forks per call
 FORK_PREFIX = "fork-"  # snapshot owners of fork snapshots
-PARALLEL = 4  # restores at a time: each loads the source's whole RAM
+PARALLEL = 4  # restores at a time (each a QEMU start on a busy host)
 
 
 class Forks:
@@ -47,10 +46,12 @@ class Forks:
         self._check(sandbox_ids)
         source = await self._host.live(source_id)
         snapshot = await self._snapshot(source)
+        snapshotter = self._host.ready_snapshotter()
         try:
             return await self._restore_all(source, sandbox_ids, snapshot)
         finally:
-            self._host.ready_snapshotter().store.remove(snapshot.parent.name)
+            snapshotter.driver.forget(snapshot)
+            snapshotter.store.remove(snapshot.parent.name)
 
     def _check(self, sandbox_ids: Sequence[str]) -> None:
         if not 1 <= len(sandbox_ids) <= FORK_MAX:
@@ -70,7 +71,8 @@ class Forks:
         agent.hold_keepalive()  # the guest cannot answer while it is stopped
         try:
             try:
-                return await snapshotter.capture(vm, owner, {"fork_of": source.sandbox_id})
+                extra = {"fork_of": source.sandbox_id}
+                return await snapshotter.capture(vm, owner, extra, memory_file=True)
             finally:
                 await snapshotter.driver.resume(vm)
         except BaseException:
