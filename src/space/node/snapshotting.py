@@ -61,10 +61,17 @@ class Snapshotter:
         self._importer = importer
 
     async def capture(
-        self, vm: VmHandle, owner: str, extra: dict[str, Any], *, memory_file: bool = False
+        self,
+        vm: VmHandle,
+        owner: str,
+        extra: dict[str, Any],
+        *,
+        memory_file: bool = False,
+        durable: bool = True,
     ) -> Path:
         """Stop `vm` and seal its state and disk as `owner`'s newest snapshot (with
-        `memory_file`: its RAM in a file restores share, like a base snapshot's).
+        `memory_file`: its RAM in a file restores share, like a base snapshot's;
+        without `durable`, not fsynced: for a snapshot a crash makes useless).
 
         The VM is left stopped (not ended); on failure nothing partial stays visible.
         """
@@ -82,7 +89,7 @@ class Snapshotter:
                 "created_at": time.time(),
                 **extra,
             }
-            return self.store.seal(partial, manifest)
+            return self.store.seal(partial, manifest, durable=durable)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise
