@@ -10,6 +10,7 @@ import pytest
 
 from space.node.local import LocalNode
 from space.seam.errors import SandboxNotFound, SandboxUnavailable
+from space.seam.values import SandboxObservation, SandboxSpec
 from tests.fork.workload import read_secret, sh, start_keeper
 from tests.node.conftest import SandboxFactory, qemu_pids
 
@@ -103,3 +104,27 @@ async def test_a_fork_needs_a_running_source_and_sane_ids(
         await node.resume_sandbox(source)
     assert fork_snapshots(node) == []
     assert {o.sandbox_id for o in await node.observe()} == {source}
+
+
+async def test_one_failed_restore_leaves_no_fork(
+    node: LocalNode, sandboxes: SandboxFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = await sandboxes()
+    provisioning = node._forks._provisioning
+    real = provisioning.fork
+    ids = [f"f{secrets.token_hex(5)}" for _ in range(3)]
+
+    async def fork(spec: SandboxSpec, digest: str, snapshot: Path) -> SandboxObservation:
+        if spec.sandbox_id == ids[1]:
+            await asyncio.sleep(1.0)  # after the others are whole, or nearly
+            raise RuntimeError("restore failed on purpose")
+        return await real(spec, digest, snapshot)
+
+    monkeypatch.setattr(provisioning, "fork", fork)
+    with pytest.raises(RuntimeError, match="on purpose"):
+        await node.fork_sandbox(source, ids)
+    assert {o.sandbox_id for o in await node.observe()} == {source}
+    assert fork_snapshots(node) == []
+    assert all(not qemu_pids(f"space-{i}") for i in ids)
+    assert not [d for d in (node.data_dir / "pool" / "sandboxes").iterdir() if d.name in ids]
+    assert (await sh(node, source, "echo alive")) == "alive\n"

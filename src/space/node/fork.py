@@ -97,17 +97,27 @@ class Forks:
             )
             for sandbox_id in sandbox_ids
         ]
-        results = await asyncio.gather(
-            *(self._restore(spec, record.template_digest, snapshot) for spec in specs),
-            return_exceptions=True,
-        )
-        failure = next((r for r in results if isinstance(r, BaseException)), None)
-        if failure is None:
-            return [r for r in results if isinstance(r, SandboxObservation)]
-        for spec, result in zip(specs, results, strict=True):
-            if isinstance(result, SandboxObservation):
+        tasks: list[asyncio.Task[SandboxObservation]] = []
+        try:
+            # A failing restore cancels the others; each undoes itself when it fails.
+            async with asyncio.TaskGroup() as group:
+                for spec in specs:
+                    restore = self._restore(spec, record.template_digest, snapshot)
+                    tasks.append(group.create_task(restore, name=f"fork-{spec.sandbox_id}"))
+        except BaseException as exc:  # a restore failed, or the fork was cancelled
+            await self._undo(specs, tasks)
+            if isinstance(exc, BaseExceptionGroup):
+                raise exc.exceptions[0] from exc
+            raise
+        return [task.result() for task in tasks]
+
+    async def _undo(
+        self, specs: Sequence[SandboxSpec], tasks: Sequence[asyncio.Task[SandboxObservation]]
+    ) -> None:
+        """Destroy the forks whose restore finished (all or none run)."""
+        for spec, task in zip(specs, tasks, strict=False):
+            if task.done() and not task.cancelled() and task.exception() is None:
                 await self._host.destroy(spec.sandbox_id)
-        raise failure
 
     async def _restore(self, spec: SandboxSpec, digest: str, snapshot: Path) -> SandboxObservation:
         async with self._restores:
