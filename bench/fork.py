@@ -7,7 +7,8 @@ One `space up` (SQLite, throw-away data dir, no warm pool). A fork is timed from
 then); the source runs a workload holding state in memory. The floor, measured in
 the same run on the same server, is one restore-create from the template's base
 snapshot (`POST /v1/sandboxes`, warm pool off): what a single new sandbox costs
-without a fork snapshot. Every sandbox is deleted after it is timed.
+without a fork snapshot. Then the RSS and PSS of 16 forks' VMMs next to the
+source's. Every sandbox is deleted after it is timed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import httpx
 from tests.e2e.server import SpaceServer
 
+from bench.density import rss_pss_kib
 from bench.stats import emit, percentile, summary, value
 
 COUNTS = (1, 4, 16)
@@ -54,6 +56,21 @@ def _timed_forks(http: httpx.Client, source: str, count: int, rounds: int) -> li
     return samples
 
 
+def _memory(server: SpaceServer, http: httpx.Client, source: str) -> None:
+    """RSS and PSS of 16 forks' VMMs next to the source's: what sharing one memory
+    file saves (PSS splits a shared page among the VMMs mapping it)."""
+    response = http.post(f"/v1/sandboxes/{source}/fork", json={"count": 16})
+    response.raise_for_status()
+    forks = [fork["id"] for fork in response.json()["sandboxes"]]
+    view = server.host_view()
+    for name, ids in (("source", [source]), ("each of 16 forks", forks)):
+        sizes = [rss_pss_kib(pid) for i in ids for pid in view.vms_of(i)]
+        value(f"  {name}: VMM RSS, mean", sum(r for r, _ in sizes) / len(sizes) / 1024, "MiB")
+        value(f"  {name}: VMM PSS, mean", sum(p for _, p in sizes) / len(sizes) / 1024, "MiB")
+    for fork in forks:
+        http.delete(f"/v1/sandboxes/{fork}").raise_for_status()
+
+
 def main(rounds: int, floor_rounds: int) -> None:
     accel = os.environ.get("SPACE_ACCEL", "tcg")
     emit(f"forks of one running sandbox through the HTTP API (accel {accel})")
@@ -73,6 +90,7 @@ def main(rounds: int, floor_rounds: int) -> None:
                 emit(summary(f"fork: N={count}", samples))
                 per = percentile(samples, 50) / count
                 value(f"  fork N={count}, p50 per sandbox", per * 1000, "ms")
+            _memory(server, http, source)
             alive = http.post(f"/v1/sandboxes/{source}/exec", json={"cmd": "echo ok"})
             emit(f"source after {rounds * sum(COUNTS)} forks: {alive.json()['stdout'].strip()}")
     finally:
