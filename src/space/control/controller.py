@@ -39,6 +39,7 @@ from space.tasks import TaskSet
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 AfterPass = Callable[[list[SandboxObservation]], Awaitable[None]]
+FORK_MOVED = "fork not made: another sandbox of the same fork moved on before it ran"
 
 
 class Controller:
@@ -247,8 +248,10 @@ class Controller:
             repo = SandboxRepo(session)
             rows = [repo.get(sandbox_id) for sandbox_id in sandbox_ids]
             pinned = {r.id: r.generation for r in rows if r.state == SandboxState.CREATING.value}
-        if len(pinned) != len(sandbox_ids):
-            return  # moved on meanwhile (deleted, or failed by a reconcile pass)
+        if len(pinned) != len(sandbox_ids):  # one moved on meanwhile (deleted, say)
+            for sandbox_id, generation in pinned.items():
+                self._transition(sandbox_id, generation, SandboxState.ERROR, FORK_MOVED)
+            return
         try:
             async with asyncio.timeout(self._timeouts.create):
                 self._fence()
