@@ -58,7 +58,6 @@ class Recovery:
                     sandbox.state, sandbox.reason = "error", f"recovery failed: {exc}"
 
         await asyncio.gather(*(recover(record) for record in known))
-        remove_fork_snapshots(self._host.ready_snapshotter().store)
         kept = {r.slot for r in known if r.claimed and not (r.deleting or r.forking)}
         await self._remove_orphans(kept)
 
@@ -156,6 +155,7 @@ class Recovery:
         return True
 
     async def _remove_orphans(self, known: set[str]) -> None:
+        remove_fork_snapshots(self._host.ready_snapshotter().store)  # no fork is in flight
         driver = self._host.ready_driver()
         for slot in set(self._host.net.sandbox_ids()) - known:
             log.warning("removing orphaned namespace of %s", slot)
