@@ -3,7 +3,7 @@
     sudo SPACE_ACCEL=tcg .venv/bin/python -m bench all [--json FILE] [--full]
 
 Runs bench.runtime, bench.create_latency, bench.api, bench.gateway,
-bench.credentials, bench.ingress, bench.density and bench.interpreter one after
+bench.credentials, bench.ingress, bench.density, bench.interpreter and bench.fork one after
 another, with counts small enough for about ten minutes on a 2-core TCG host
 (`--full`: each module's own defaults). A section that fails is reported and the
 others still run: a benchmark never fails anything. `--json FILE` (`-` for stdout)
@@ -23,7 +23,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import api, create_latency, credentials, density, gateway, ingress, interpreter, runtime
+from bench import (
+    api,
+    create_latency,
+    credentials,
+    density,
+    fork,
+    gateway,
+    ingress,
+    interpreter,
+    runtime,
+)
 from bench.stats import FIGURES, LINES, emit
 
 Section = Callable[[bool], None]
@@ -63,6 +73,10 @@ def _interpreter(full: bool) -> None:
     interpreter.main(5 if full else 3)
 
 
+def _fork(full: bool) -> None:
+    fork.main(5 if full else 2, 5 if full else 3)
+
+
 SECTIONS: dict[str, Section] = {
     "runtime": _runtime,
     "create_latency": _create_latency,
@@ -72,6 +86,7 @@ SECTIONS: dict[str, Section] = {
     "ingress": _ingress,
     "density": _density,
     "interpreter": _interpreter,
+    "fork": _fork,
 }
 
 

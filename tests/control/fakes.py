@@ -20,12 +20,12 @@ import asyncio
 import dataclasses
 import posixpath
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from space.credentials.audit import AuditChain
-from space.seam.errors import SandboxNotFound
+from space.seam.errors import SandboxNotFound, SandboxUnavailable
 from space.seam.values import (
     AuditBatch,
     CredentialGrant,
@@ -144,6 +144,8 @@ class FakeNode:
     credential_chain: AuditChain = field(default_factory=AuditChain)  # as a gateway's
     envs: dict[str, dict[str, str]] = field(default_factory=dict)  # each sandbox's create env
     started: list[tuple[str, ExecRequest]] = field(default_factory=list)  # every request
+    fail_fork: str | None = None
+    forks: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)  # (source, ids)
 
     async def open_port(
         self, sandbox_id: str, port: int
@@ -188,6 +190,25 @@ class FakeNode:
         obs = SandboxObservation(spec.sandbox_id, "running", spec.template)
         self.vms[spec.sandbox_id] = obs
         return obs
+
+    async def fork_sandbox(
+        self, source_id: str, sandbox_ids: Sequence[str]
+    ) -> list[SandboxObservation]:
+        """Like the real node: the source must be running; all forks or none."""
+        source = self.vms.get(source_id)
+        if source is None:
+            raise SandboxNotFound(source_id)
+        if source.state != "running":
+            raise SandboxUnavailable(source_id, source.state, "only a running sandbox forks")
+        await asyncio.sleep(self.create_delay)
+        if self.fail_fork is not None:
+            raise RuntimeError(self.fail_fork)
+        self.forks.append((source_id, tuple(sandbox_ids)))
+        made = [SandboxObservation(i, "running", source.template) for i in sandbox_ids]
+        for obs in made:
+            self.vms[obs.sandbox_id] = obs
+            self.envs[obs.sandbox_id] = dict(self.envs.get(source_id, {}))
+        return made
 
     async def destroy_sandbox(self, sandbox_id: str) -> None:
         self.destroyed.append(sandbox_id)

@@ -1,6 +1,6 @@
 """What only the current SDK (e2b 2.63) calls, against the fake node: a running
 sandbox's network replaced, list v2's start-time, template and order filters,
-template lookups, and the E2B options SPACE refuses with a reason. Not collected
+fork, template lookups, and the E2B options SPACE refuses with a reason. Not collected
 by default (2.21.1 lacks these calls): test_e2b_sdk_current.py runs it under 2.63."""
 
 from __future__ import annotations
@@ -70,6 +70,23 @@ def test_list_by_start_time_template_and_order() -> None:
     assert Sandbox.list(query=later).next_items() == []
 
 
+def test_fork_answers_running_sandboxes_from_one_node_call(fake_node: FakeNode) -> None:
+    sandbox = Sandbox.create(metadata={"suite": "fork"})
+    forks = sandbox.fork(count=2, timeout=120)
+    assert all(isinstance(fork, Sandbox) for fork in forks), forks
+    ids = [fork.sandbox_id for fork in forks if isinstance(fork, Sandbox)]
+    assert len({*ids, sandbox.sandbox_id}) == 3
+    assert fake_node.forks == [(sandbox.sandbox_id, tuple(ids))]
+    forked = forks[0]
+    assert isinstance(forked, Sandbox)
+    assert forked.commands.run("echo forked").stdout == "forked\n"
+    assert forked.get_info().metadata == {"suite": "fork"}
+    with pytest.raises(SandboxException, match="count"):
+        sandbox.fork(count=17)  # the SDK allows 20, SPACE forks at most 16
+    [one] = Sandbox.fork(sandbox.sandbox_id)
+    assert isinstance(one, Sandbox) and one.is_running()
+
+
 def test_template_lookups() -> None:
     assert Template.exists("base") is True
     assert Template.exists("no-such-template") is False
@@ -89,7 +106,5 @@ def test_what_space_refuses_says_why() -> None:
         Sandbox.connect(sandbox.sandbox_id, on_resume="reboot")
     again = Sandbox.connect(sandbox.sandbox_id)
     assert again.commands.run("echo up").stdout == "up\n"
-    with pytest.raises(SandboxException, match="501.*fork is not supported"):
-        again.fork()
     with pytest.raises(SandboxException, match="501"):
         again.create_snapshot()

@@ -18,10 +18,12 @@ from space.store.db import Database
 from space.store.keys import Principal
 
 
-def admit_sandbox(session: Session, config: QuotaConfig, principal: Principal) -> None:
+def admit_sandbox(
+    session: Session, config: QuotaConfig, principal: Principal, count: int = 1
+) -> None:
     limits = config.for_org(principal.org_name)
     try:
-        quotas.admit_sandbox(session, principal.org_id, limits.sandboxes)
+        quotas.admit_sandbox(session, principal.org_id, limits.sandboxes, count)
     except quotas.QuotaExceeded as exc:
         raise ApiError(429, "quota_exceeded", str(exc), exc.quota) from exc
 

@@ -2,7 +2,9 @@
 
 Create (bounds, template, egress policy against the org's default and ceiling,
 quota admission and the row in one transaction, then `Lifecycle.ensure_created`),
-a running sandbox's new egress policy (node first, then the row), delete
+fork (the source running, quota for every fork and their rows in one transaction,
+then `Lifecycle.ensure_forked`), a running sandbox's new egress policy (node first,
+then the row), delete
 (`deleting`, `ensure_deleted`, then the sandbox's processes and logs in the
 process registry), list and get in the caller's org, power operations and
 the deadline. The fronts only translate their bodies in and their shapes out.
@@ -22,6 +24,10 @@ them in its own error shape:
     409 conflict                it was deleted while being created
     422 idempotency_key_reused  the key was used for a different request
     409 conflict                the sandbox created under the key was deleted since
+    422 out_of_bounds           fork: `count` not 1..16 (field `count`)
+    409 sandbox_not_running     fork: the source is not running
+    429 quota_exceeded          fork: the org has no room for `count` more sandboxes
+    502 sandbox_fork_failed     fork: the node could not fork it (every fork is `error`)
 
 A create under an `Idempotency-Key` (unique per org) happens once: a retry with
 the key and the same request waits for and answers that sandbox (no second quota
@@ -63,6 +69,8 @@ from space.store.keys import Principal
 from space.store.models import Project, Sandbox
 from space.store.sandboxes import NewSandbox, SandboxRepo
 from space.store.states import DesiredState, SandboxState
+
+FORK_MAX = 16  # sandboxes per fork call (the node's bound too)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -162,6 +170,30 @@ class SandboxService:
         if self._credentials is not None:
             await self._credentials.created(row)
         return row
+
+    async def fork(self, principal: Principal, source: Sandbox, count: int) -> list[Sandbox]:
+        """`count` new sandboxes holding `source`'s memory and disk at one instant, in
+        its org, each of them running (the source runs on)."""
+        if not 1 <= count <= FORK_MAX:
+            raise ApiError(422, "out_of_bounds", f"count: 1 to {FORK_MAX}", "count")
+        self._node_or_unavailable()  # an API-only replica has no node to fork on
+        if source.state != SandboxState.RUNNING.value:
+            message = f"sandbox {source.id} is {source.state}: only a running sandbox forks"
+            raise ApiError(409, "sandbox_not_running", message)
+        with self._db.session() as session:
+            admit_sandbox(session, self._settings.quotas, principal, count)
+            ids = [row.id for row in SandboxRepo(session).create_forks(source, count)]
+        await self._lifecycle.ensure_forked(source.id, ids)
+        rows = [self.get(principal, sandbox_id) for sandbox_id in ids]
+        for row in rows:
+            if row.state == SandboxState.ERROR.value:
+                raise ApiError(502, "sandbox_fork_failed", f"sandbox {row.id}: {row.reason}")
+            if row.state != SandboxState.RUNNING.value:
+                raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
+        if self._credentials is not None:
+            for row in rows:
+                await self._credentials.created(row)
+        return rows
 
     def _insert(self, principal: Principal, new: NewSandbox, uses: tuple[SecretUse, ...]) -> str:
         try:

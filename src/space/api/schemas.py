@@ -20,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictInt,
     StringConstraints,
     field_validator,
 )
@@ -150,6 +151,12 @@ class TimeoutBody(Strict):
 
 class SandboxList(BaseModel):
     sandboxes: list[SandboxOut]
+
+
+class ForkBody(Strict):
+    count: StrictInt = Field(
+        default=1, ge=1, le=16, description="how many sandboxes to fork from the source"
+    )
 
 
 class PtySize(Strict):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -172,18 +172,35 @@ class Cluster:
         return member is not None and member.info.state is not NodeState.LOST
 
     def _on(self, sandbox_id: str) -> NodeClient:
+        return self._member_of(sandbox_id).client
+
+    def _member_of(self, sandbox_id: str) -> Member:
         """The member holding `sandbox_id` (SandboxUnavailable while its node is lost
         or unknown; SandboxNotFound when no node holds it)."""
         with self._db.session() as session:
             name = PlacementRepo(session).node_of(sandbox_id)
         if name is None:
             if len(self._members) == 1:  # made before placement existed, by the one node
-                return next(iter(self._members.values())).client
+                return next(iter(self._members.values()))
             raise SandboxNotFound(sandbox_id)
         member = self._members.get(name)
         if member is None or member.info.state is NodeState.LOST:
             raise SandboxUnavailable(sandbox_id, "unreachable", f"its node {name} is lost")
-        return member.client
+        return member
+
+    async def fork_sandbox(
+        self, source_id: str, sandbox_ids: Sequence[str]
+    ) -> list[SandboxObservation]:
+        """Forks live where their source's memory is: on its node, placed there first."""
+        member = self._member_of(source_id)
+        await asyncio.to_thread(self._place_all, sandbox_ids, member.info.name)
+        return await member.client.fork_sandbox(source_id, sandbox_ids)
+
+    def _place_all(self, sandbox_ids: Sequence[str], node: str) -> None:
+        with self._db.session() as session:
+            placements = PlacementRepo(session)
+            for sandbox_id in sandbox_ids:
+                placements.place(sandbox_id, node)
 
     # -- observation -----------------------------------------------------------------
 

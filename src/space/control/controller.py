@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import TypeVar
 
 from space import faults
@@ -38,6 +39,7 @@ from space.tasks import TaskSet
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 AfterPass = Callable[[list[SandboxObservation]], Awaitable[None]]
+FORK_MOVED = "fork not made: another sandbox of the same fork moved on before it ran"
 
 
 class Controller:
@@ -82,6 +84,22 @@ class Controller:
     async def ensure_deleted(self, sandbox_id: str) -> None:
         """Destroy the VM of a `deleting` row and mark it `deleted`."""
         await self._once(sandbox_id, lambda: self._finish_delete(sandbox_id))
+
+    async def ensure_forked(self, source_id: str, sandbox_ids: Sequence[str]) -> None:
+        """Fork the running `source_id` into the `creating` rows `sandbox_ids` (one node
+        call, one snapshot instant); returns once they have left `creating`. Runs as a
+        power operation on the source (none other runs on it meanwhile) and as the
+        operation in flight of every fork (the reconciler leaves them alone) from this
+        call on, before it waits for its turn on the source."""
+        fork = self._tasks.spawn(
+            _call(lambda: self._fork_in_turn(source_id, sandbox_ids)), f"sandbox-fork-{source_id}"
+        )
+        for sandbox_id in sandbox_ids:
+            self._in_flight[sandbox_id] = fork
+            fork.add_done_callback(partial(_drop, self._in_flight, sandbox_id))
+        outcome = await asyncio.shield(fork)
+        if isinstance(outcome, DatabaseUnavailable):
+            raise outcome
 
     async def power(self, sandbox: Sandbox, op: PowerOp, *, due: StillDue | None = None) -> Sandbox:
         """Pause, resume, suspend or restore; an expiry (`due`) is pinned to the
@@ -217,6 +235,40 @@ class Controller:
             return
         self._transition(sandbox_id, generation, SandboxState.RUNNING, None)
 
+    async def _fork_in_turn(self, source_id: str, sandbox_ids: Sequence[str]) -> None:
+        await self._once(source_id, lambda: self._fork(source_id, sandbox_ids), power=True)
+
+    async def _fork(self, source_id: str, sandbox_ids: Sequence[str]) -> None:
+        with faults.operation("fork", source_id):
+            faults.point("after_commit")
+            await self._fork_now(source_id, sandbox_ids)
+
+    async def _fork_now(self, source_id: str, sandbox_ids: Sequence[str]) -> None:
+        with self._db.session() as session:
+            repo = SandboxRepo(session)
+            rows = [repo.get(sandbox_id) for sandbox_id in sandbox_ids]
+            pinned = {r.id: r.generation for r in rows if r.state == SandboxState.CREATING.value}
+        if len(pinned) != len(sandbox_ids):  # one moved on meanwhile (deleted, say)
+            for sandbox_id, generation in pinned.items():
+                self._transition(sandbox_id, generation, SandboxState.ERROR, FORK_MOVED)
+            return
+        try:
+            async with asyncio.timeout(self._timeouts.create):
+                self._fence()
+                observed = await self._node.fork_sandbox(source_id, list(sandbox_ids))
+            if failed := [o for o in observed if o.state != "running"]:
+                raise NodeFailed(_node_says(failed[0]))
+        except NotLeader:
+            raise
+        except Exception as exc:
+            reason = f"fork of {source_id} failed: {_describe(exc)}"
+            log.warning("%s", reason)
+            for sandbox_id, generation in pinned.items():
+                self._transition(sandbox_id, generation, SandboxState.ERROR, reason)
+            return
+        for sandbox_id, generation in pinned.items():
+            self._transition(sandbox_id, generation, SandboxState.RUNNING, None)
+
     async def _clear_leftover(self, sandbox_id: str) -> None:
         """A create interrupted by a crash can leave the node holding the sandbox with
         no live VM (`stopped`, `error`); remove that so the create starts clean."""
@@ -268,6 +320,10 @@ class Controller:
             log.info("sandbox %s changed meanwhile, skipping %s: %s", sandbox_id, to, exc)
 
 
+def _drop(registry: dict[str, asyncio.Task[object]], sandbox_id: str, _: object) -> None:
+    registry.pop(sandbox_id, None)
+
+
 def _unfenced() -> None:
     """A controller that is the only one (`space up`, SQLite) may always act."""
 
@@ -308,7 +364,11 @@ def _spec(row: Sandbox) -> SandboxSpec | str:
 
 def _snapshot(row: Sandbox) -> RowSnapshot:
     return RowSnapshot(
-        sandbox_id=row.id, state=row.state, generation=row.generation, desired=row.desired_state
+        sandbox_id=row.id,
+        state=row.state,
+        generation=row.generation,
+        desired=row.desired_state,
+        fork_of=row.fork_of,
     )
 
 

@@ -11,6 +11,7 @@ Every row state has a way forward from what the node holds (`running`, `paused`,
 | row                      | node holds it ...                 | action              |
 |--------------------------|-----------------------------------|---------------------|
 | creating                 | nothing, stopped, broken          | create (again)      |
+| creating, a fork         | nothing, stopped, broken          | fail (cut short)    |
 | creating                 | running                           | adopt               |
 | running/paused/suspending/restoring | whole, as desired      | settle to that      |
 | running/paused/suspending/restoring | whole, not as desired  | power op to desired |
@@ -52,6 +53,7 @@ class RowSnapshot:
     state: str
     generation: int
     desired: str = DesiredState.RUNNING.value
+    fork_of: str | None = None  # a fork: only its fork call makes it, never a create
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class Action:
 
 LOST = "lost: the node has no VM for this sandbox"
 DIED = "its VM ended; restorable from its last sealed snapshot"
+FORK_CUT = "fork cut short: the node holds no whole fork for this sandbox"
 
 # The operation that takes a sandbox the node holds as `observed` to `desired`.
 LEADS_TO: dict[tuple[SandboxState, SandboxState], PowerOp] = {
@@ -146,6 +149,8 @@ def _settle(row: RowSnapshot, holds: SandboxState) -> Action:
 
 def _for_creating(row: RowSnapshot, obs: SandboxObservation | None) -> Action | None:
     if obs is None or obs.state in ("stopped", "error"):
+        if row.fork_of is not None:  # its source's instant is gone: no half sandbox
+            return Action(Verb.FAIL, row.sandbox_id, row.generation, FORK_CUT)
         return Action(Verb.CREATE, row.sandbox_id, row.generation)
     if obs.state == "running":
         return Action(Verb.ADOPT, row.sandbox_id, row.generation)

@@ -3,12 +3,13 @@ suspended or restored.
 
 With a node in-process (`space up`) the API calls the `Controller` directly.
 An API-only replica (`space api`) writes the row and waits, via `DbWaiter`, for
-the controller process to move it on; it has no node for power operations.
+the controller process to move it on; it has no node for power operations or forks.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Protocol
 
 from space.control.errors import NodeUnavailable
@@ -24,6 +25,8 @@ class Lifecycle(Protocol):
     async def ensure_created(self, sandbox_id: str) -> None: ...
 
     async def ensure_deleted(self, sandbox_id: str) -> None: ...
+
+    async def ensure_forked(self, source_id: str, sandbox_ids: Sequence[str]) -> None: ...
 
     async def power(
         self, sandbox: Sandbox, op: PowerOp, *, due: StillDue | None = None
@@ -43,6 +46,10 @@ class DbWaiter:
 
     async def ensure_deleted(self, sandbox_id: str) -> None:
         await self._wait(sandbox_id, SandboxState.DELETING)
+
+    async def ensure_forked(self, source_id: str, sandbox_ids: Sequence[str]) -> None:
+        """A fork needs the node holding its source, like a power operation."""
+        raise NodeUnavailable()
 
     async def power(self, sandbox: Sandbox, op: PowerOp, *, due: StillDue | None = None) -> Sandbox:
         raise NodeUnavailable()

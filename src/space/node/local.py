@@ -4,10 +4,11 @@ A facade over the services it is built from (`space.cli` wires them): the host's
 shared resources (`host.py`), the template catalog (`catalog.py`), provisioning
 (`provision.py`: cold boot, base-snapshot restore, warm claim), recovery
 (`recovery.py`: the startup sweep), agent operations (`agentops.py`) and the warm
-pools (`warm.py`). create = warm claim, or provisioning -> egress policy -> CA
-trusted; destroy runs the steps backwards and is idempotent; `open()` adopts VMs a
-previous run left alive and removes every leftover. Pause/resume and
-suspend/restore (sealed snapshots, `snapshotting.py`) are here.
+pools (`warm.py`); forks (`fork.py`) are built here from host and provisioning.
+create = warm claim, or provisioning -> egress policy -> CA trusted; destroy runs
+the steps backwards and is idempotent; `open()` adopts VMs a previous run left
+alive and removes every leftover. Pause/resume and suspend/restore (sealed
+snapshots, `snapshotting.py`) are here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import dataclasses
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -29,6 +30,7 @@ from space.node import ingress
 from space.node.agent import AgentClient, AgentProcess
 from space.node.agentops import AgentOps, OsErrorWatch
 from space.node.catalog import TemplateCatalog
+from space.node.fork import Forks
 from space.node.host import ADOPTION_WAIT, NodeHost
 from space.node.metrics import NodeMetrics
 from space.node.network.egress import Egress
@@ -80,6 +82,7 @@ class LocalNode:
         self._recovery = recovery
         self._ops = agent_ops
         self._warm = warm_pools
+        self._forks = Forks(host, provisioning)
         self._warm_task: asyncio.Task[None] | None = None
         self.metrics = metrics
 
@@ -153,6 +156,13 @@ class LocalNode:
             self.metrics.created("warm", started)
             return claimed
         return await self._provisioning.create(spec, image)
+
+    async def fork_sandbox(
+        self, source_id: str, sandbox_ids: Sequence[str]
+    ) -> list[SandboxObservation]:
+        """New sandboxes `sandbox_ids` from one snapshot of the running `source_id`
+        (`fork.py`); the source runs on."""
+        return await self._forks.fork(source_id, sandbox_ids)
 
     async def destroy_sandbox(self, sandbox_id: str) -> None:
         await self._host.destroy(sandbox_id)

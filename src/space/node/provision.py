@@ -6,6 +6,8 @@ made. The base snapshot of a (template, guest, size) is built once (boot, agent
 ready, the template's start command up and ready, save with RAM in a shared memory
 file); restores map that file private. A
 warm VM is a restore that waits, with no sandbox id, until `claim` hands it out.
+`fork` is a restore from another sandbox's fork snapshot (`fork.py`), personalised
+and trusted the same way.
 """
 
 from __future__ import annotations
@@ -69,35 +71,55 @@ class Provisioning:
     async def create(self, spec: SandboxSpec, image: TemplateImage) -> SandboxObservation:
         """A new VM for `spec`: restored from the base snapshot, or booted cold."""
         host, started = self._host, time.perf_counter()
-        record = SandboxRecord(
-            spec.sandbox_id,
-            spec.template,
-            image.digest,
-            spec.memory_mib,
-            spec.vcpus,
-            spec.env,
-            network=spec.network,
-        )
+        sandbox = self._admit(_record(spec, image.digest))
         records, importer = host.ready()
-        record.save(records.directory(record.slot))
-        sandbox = Sandbox(record)
-        host.sandboxes[spec.sandbox_id] = sandbox
         try:
-            base = await self._base_snapshot(image, record) if self._use_bases else None
-            network = await asyncio.to_thread(host.net.create, record.slot)
-            await host.egress.attach(record.slot, network, spec.network, sandbox_id=spec.sandbox_id)
+            base = await self._base_snapshot(image, sandbox.record) if self._use_bases else None
+            network = await self._attach(sandbox)
             if base is None:
                 template_disk = await importer.pooled(image.rootfs, image.digest)
-                await importer.clone_disk(template_disk, records.disk(record.slot))
+                await importer.clone_disk(template_disk, records.disk(sandbox.record.slot))
                 await self._boot(sandbox, network)
             else:
                 await self.restore(sandbox, network, base, trust=True)
         except BaseException as exc:
-            sandbox.state, sandbox.reason = "error", f"create failed: {exc}"
-            await host.destroy(spec.sandbox_id)
+            await self._failed(sandbox, "create", exc)
             raise
         self._metrics.created("cold" if base is None else "restore", started)
         return sandbox.observation()
+
+    async def fork(self, spec: SandboxSpec, digest: str, snapshot: Path) -> SandboxObservation:
+        """A new sandbox from another's fork snapshot, personalised as its own (clock,
+        entropy, identity, its gateway CA). Its record says `forking` until it is whole,
+        so a crash before that leaves nothing the startup sweep would adopt."""
+        sandbox = self._admit(dataclasses.replace(_record(spec, digest), forking=True))
+        try:
+            network = await self._attach(sandbox)
+            await self.restore(sandbox, network, snapshot, trust=True)
+            self._host.save(sandbox, dataclasses.replace(sandbox.record, forking=False))
+        except BaseException as exc:
+            await self._failed(sandbox, "fork", exc)
+            raise
+        return sandbox.observation()
+
+    def _admit(self, record: SandboxRecord) -> Sandbox:
+        """Record the sandbox (before any host resource exists) and hold it."""
+        records, _ = self._host.ready()
+        record.save(records.directory(record.slot))
+        sandbox = Sandbox(record)
+        self._host.sandboxes[record.sandbox_id] = sandbox
+        return sandbox
+
+    async def _attach(self, sandbox: Sandbox) -> SandboxNetwork:
+        """The sandbox's namespace, with its egress policy attached."""
+        host, record = self._host, sandbox.record
+        network = await asyncio.to_thread(host.net.create, record.slot)
+        await host.egress.attach(record.slot, network, record.network, sandbox_id=record.sandbox_id)
+        return network
+
+    async def _failed(self, sandbox: Sandbox, what: str, exc: BaseException) -> None:
+        sandbox.state, sandbox.reason = "error", f"{what} failed: {exc}"
+        await self._host.destroy(sandbox.sandbox_id)
 
     async def _boot(self, sandbox: Sandbox, network: SandboxNetwork) -> None:
         driver = self._host.ready_driver()
@@ -226,6 +248,18 @@ async def _both(first: Awaitable[None], second: Awaitable[None]) -> None:
     for result in await asyncio.gather(first, second, return_exceptions=True):
         if isinstance(result, BaseException):
             raise result
+
+
+def _record(spec: SandboxSpec, digest: str) -> SandboxRecord:
+    return SandboxRecord(
+        spec.sandbox_id,
+        spec.template,
+        digest,
+        spec.memory_mib,
+        spec.vcpus,
+        spec.env,
+        network=spec.network,
+    )
 
 
 def _tail(path: Path, lines: int = 15) -> str:

@@ -44,6 +44,7 @@ class SandboxRecord:
     suspended: bool = False
     slot: str = ""  # names the host resources; a warm VM gets its sandbox id only when claimed
     network: dict[str, Any] | None = None  # the egress policy, re-applied after a node restart
+    forking: bool = False  # a fork not yet whole: the startup sweep tears it down
 
     def __post_init__(self) -> None:
         if not self.slot:

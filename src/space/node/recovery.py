@@ -8,7 +8,8 @@ VM died but left a sealed snapshot, is restorable: whatever live resources it
 still has (a VM a crash left mid-restore or mid-suspend, its namespace, its run
 dir) are removed. A record
 whose adopt or teardown fails is logged (its sandbox reported `error`) and the
-sweep goes on with the rest."""
+sweep goes on with the rest. A fork cut short (its record still `forking`) is torn
+down, and every fork snapshot a crash left is removed."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import time
 
 from space.config import RecoveryConfig
 from space.node.agent import AgentError
+from space.node.fork import remove_fork_snapshots
 from space.node.host import NodeHost
 from space.node.network.netns import SandboxNetwork
 from space.node.records import SandboxRecord
@@ -46,7 +48,7 @@ class Recovery:
 
         async def recover(record: SandboxRecord) -> None:
             try:
-                if record.deleting or not record.claimed:
+                if record.deleting or not record.claimed or record.forking:
                     await self._host.teardown(record.slot, None)
                 else:
                     await self._adopt(record)
@@ -56,7 +58,8 @@ class Recovery:
                     sandbox.state, sandbox.reason = "error", f"recovery failed: {exc}"
 
         await asyncio.gather(*(recover(record) for record in known))
-        await self._remove_orphans({r.slot for r in known if r.claimed and not r.deleting})
+        kept = {r.slot for r in known if r.claimed and not (r.deleting or r.forking)}
+        await self._remove_orphans(kept)
 
     async def _adopt(self, record: SandboxRecord) -> None:
         sandbox = Sandbox(record)
@@ -152,6 +155,7 @@ class Recovery:
         return True
 
     async def _remove_orphans(self, known: set[str]) -> None:
+        remove_fork_snapshots(self._host.ready_snapshotter().store)  # no fork is in flight
         driver = self._host.ready_driver()
         for slot in set(self._host.net.sandbox_ids()) - known:
             log.warning("removing orphaned namespace of %s", slot)

@@ -139,6 +139,7 @@ class NodeServer:
             (wire.WARM_POOL_STATS, lambda a: _done(n.warm_pool_stats())),
             (wire.CREATE, lambda a: self._create(a["spec"])),
             (wire.DESTROY, lambda a: n.destroy_sandbox(a["sandbox_id"])),
+            (wire.FORK, lambda a: n.fork_sandbox(a["source_id"], a["sandbox_ids"])),
             (wire.OBSERVE, lambda a: n.observe()),
             (wire.EXEC, lambda a: n.exec(a["sandbox_id"], a["request"])),
             (wire.PAUSE, lambda a: n.pause_sandbox(a["sandbox_id"])),

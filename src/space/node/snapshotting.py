@@ -60,14 +60,24 @@ class Snapshotter:
         self.store = store
         self._importer = importer
 
-    async def capture(self, vm: VmHandle, owner: str, extra: dict[str, Any]) -> Path:
-        """Stop `vm` and seal its state and disk as `owner`'s newest snapshot.
+    async def capture(
+        self,
+        vm: VmHandle,
+        owner: str,
+        extra: dict[str, Any],
+        *,
+        memory_file: bool = False,
+        durable: bool = True,
+    ) -> Path:
+        """Stop `vm` and seal its state and disk as `owner`'s newest snapshot (with
+        `memory_file`: its RAM in a file restores share, like a base snapshot's;
+        without `durable`, not fsynced: for a snapshot a crash makes useless).
 
         The VM is left stopped (not ended); on failure nothing partial stays visible.
         """
         partial = self.store.begin(owner)
         try:
-            await self.driver.save(vm, partial)
+            await self.driver.save(vm, partial, memory_file=memory_file)
             faults.point("mid_snapshot")
             await self._importer.clone_disk(vm.config.root_disk, partial / DISK)
             _private_files(partial)
@@ -79,7 +89,7 @@ class Snapshotter:
                 "created_at": time.time(),
                 **extra,
             }
-            return self.store.seal(partial, manifest)
+            return self.store.seal(partial, manifest, durable=durable)
         except BaseException:
             shutil.rmtree(partial, ignore_errors=True)
             raise

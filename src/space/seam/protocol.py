@@ -8,7 +8,7 @@ what it raises in `errors`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from typing import Any, Protocol
 
 from space.seam.values import (
@@ -60,6 +60,15 @@ class NodeClient(Protocol):
     def warm_pool_stats(self) -> list[WarmPoolStats]: ...
 
     async def create_sandbox(self, spec: SandboxSpec) -> SandboxObservation: ...
+
+    async def fork_sandbox(
+        self, source_id: str, sandbox_ids: Sequence[str]
+    ) -> list[SandboxObservation]:
+        """1 to 16 new sandboxes `sandbox_ids` holding the running `source_id`'s memory
+        and disk at one instant (the source runs on), each personalised as its own; all
+        running, or none left (SandboxUnavailable unless the source runs, ValueError
+        for ids out of bounds, held already or repeated)."""
+        ...
 
     async def destroy_sandbox(self, sandbox_id: str) -> None: ...
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
@@ -218,6 +218,11 @@ class RemoteNode:
 
     async def create_sandbox(self, spec: SandboxSpec) -> SandboxObservation:
         return await self.call(wire.CREATE, spec=spec)
+
+    async def fork_sandbox(
+        self, source_id: str, sandbox_ids: Sequence[str]
+    ) -> list[SandboxObservation]:
+        return await self.call(wire.FORK, source_id=source_id, sandbox_ids=list(sandbox_ids))
 
     async def destroy_sandbox(self, sandbox_id: str) -> None:
         await self.call(wire.DESTROY, sandbox_id=sandbox_id)

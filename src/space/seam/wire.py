@@ -221,6 +221,9 @@ TEMPLATES = Call[list[str]]("templates", (), list[str])
 WARM_POOL_STATS = Call[list[WarmPoolStats]]("warm_pool_stats", (), list[WarmPoolStats])
 CREATE = Call[SandboxObservation]("create_sandbox", (("spec", SandboxSpec),), SandboxObservation)
 DESTROY = Call[None]("destroy_sandbox", (_ID,), None)
+FORK = Call[list[SandboxObservation]](
+    "fork_sandbox", (("source_id", str), ("sandbox_ids", list[str])), list[SandboxObservation]
+)
 OBSERVE = Call[list[SandboxObservation]]("observe", (), list[SandboxObservation])
 EXEC = Call[ExecResult]("exec", (_ID, ("request", ExecRequest)), ExecResult)
 PAUSE = Call[None]("pause_sandbox", (_ID,), None)

@@ -111,6 +111,8 @@ class Sandbox(Base):
     #: The node it was placed on (`space.control.cluster`); None: not placed yet, or
     #: created by a single-node deployment, where there is one node to ask.
     node: Mapped[str | None] = mapped_column(String(253), nullable=True, index=True)
+    #: The sandbox it was forked from (its memory and disk at the fork); None: a create.
+    fork_of: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class Command(Base):

@@ -24,8 +24,8 @@ NOT_LIVE = (SandboxState.DELETING.value, SandboxState.DELETED.value, SandboxStat
 class QuotaExceeded(StoreError):
     """An org (or sandbox) is at its limit for `quota` (429 `quota_exceeded`)."""
 
-    def __init__(self, quota: str, limit: int, scope: str) -> None:
-        super().__init__(f"quota {quota} exceeded: {scope} already has {limit}")
+    def __init__(self, quota: str, limit: int, scope: str, detail: str | None = None) -> None:
+        super().__init__(f"quota {quota} exceeded: {scope} {detail or f'already has {limit}'}")
         self.quota = quota
         self.limit = limit
 
@@ -61,11 +61,16 @@ def running_commands(session: Session, org_id: str, sandbox_id: str) -> tuple[in
     return int(org or 0), int(sandbox or 0)
 
 
-def admit_sandbox(session: Session, org_id: str, limit: int) -> None:
-    """Lock the org and raise QuotaExceeded if it has `limit` live sandboxes."""
+def admit_sandbox(session: Session, org_id: str, limit: int, count: int = 1) -> None:
+    """Lock the org and raise QuotaExceeded unless `count` more live sandboxes fit in
+    `limit`."""
     lock_org(session, org_id)
-    if live_sandboxes(session, org_id) >= limit:
+    live = live_sandboxes(session, org_id)
+    if live >= limit:
         raise QuotaExceeded("sandboxes_per_org", limit, f"org {org_id}")
+    if live + count > limit:
+        detail = f"has {live} of {limit} and asks for {count} more"
+        raise QuotaExceeded("sandboxes_per_org", limit, f"org {org_id}", detail)
 
 
 def admit_command(

@@ -38,6 +38,7 @@ class NewSandbox:
     on_timeout: str = "kill"
     idempotency_key: str | None = None  # the caller's, unique in the org
     request_digest: str | None = None  # of what was asked under that key
+    fork_of: str | None = None  # the source of a fork (its node restores it from there)
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,31 @@ class SandboxRepo:
             on_timeout=new.on_timeout,
             idempotency_key=new.idempotency_key,
             request_digest=new.request_digest,
+            fork_of=new.fork_of,
         )
         self.session.add(row)
         self.session.flush()
         return row
+
+    def create_forks(self, source: Sandbox, count: int) -> list[Sandbox]:
+        """`count` rows in `creating` that copy `source` (org, template, env, network,
+        credentials, metadata, timeouts) and name it as their `fork_of`."""
+        new = NewSandbox(
+            template=source.template,
+            idle_timeout_seconds=source.idle_timeout_seconds,
+            timeout_seconds=source.timeout_seconds,
+            env=dict(source.env),
+            metadata=dict(source.meta),
+            network=source.network,
+            credentials=tuple(source.credentials) if source.credentials is not None else None,
+            on_timeout=source.on_timeout,
+            fork_of=source.id,
+        )
+        rows = [self.create(source.org_id, source.project_id, new) for _ in range(count)]
+        for row in rows:
+            row.credential_uses = source.credential_uses
+        self.session.flush()
+        return rows
 
     def by_idempotency_key(self, org_id: str, key: str) -> Sandbox | None:
         """The org's sandbox created under `key`, deleted or not."""

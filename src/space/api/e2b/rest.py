@@ -12,7 +12,7 @@ import base64
 import binascii
 import urllib.parse
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -72,13 +72,16 @@ def visible(state: AppState, principal: Principal, sandbox_id: str) -> Sandbox:
 PRIVATE = {ingress_names.PRIVATE_KEY: ingress_names.PRIVATE_VALUE}
 
 
+def sandbox_body(front: E2bFront, principal: Principal, row: Sandbox) -> dict[str, Any]:
+    """E2B's `Sandbox` with a fresh envd token (and the traffic token of a private one)."""
+    token = front.tokens.issue(row.id, principal.key_id)
+    return sandbox_json(row, token, front.domain, front.traffic_token(row))
+
+
 def _sandbox_answer(
     front: E2bFront, principal: Principal, row: Sandbox, status: int
 ) -> JSONResponse:
-    """E2B's `Sandbox` with a fresh envd token (and the traffic token of a private one)."""
-    token = front.tokens.issue(row.id, principal.key_id)
-    body = sandbox_json(row, token, front.domain, front.traffic_token(row))
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(sandbox_body(front, principal, row), status_code=status)
 
 
 @router.post("/sandboxes", status_code=201)

@@ -189,6 +189,14 @@ class PauseIn(_Body):
     require_healthy_guest: bool | None = Field(default=None, alias="requireHealthyGuest")
 
 
+class ForkIn(_Body):
+    """2.63's `Sandbox.fork`: how many forks (its SDK allows 20, SPACE's bound is 16:
+    more is a 422 naming `count`) and the forks' deadline from now, in seconds."""
+
+    count: int = 1
+    timeout: int | None = Field(default=None, gt=0, le=MAX_SECONDS)
+
+
 class RefreshIn(_Body):
     duration: int = Field(default=0, ge=0, le=3600)
 

@@ -7,13 +7,17 @@ concepts SPACE does not have, each refused in E2B's error shape with the reason.
     POST /v2/sandboxes/{id}/connect     connect; `memory: false` (reboot) is a 400
     PUT  /sandboxes/{id}/network        the egress policy and `network.rules` replaced,
                                         open connections too
+    POST /sandboxes/{id}/fork           `SandboxService.fork`: 201, one result per fork
+                                        (all running: SPACE forks all or none)
     GET  /templates/aliases/{alias}     the node's templates, by name
-    logs, fork, snapshots, template builds and tags, volumes   501
+    logs, snapshots, template builds and tags, volumes   501
 
 `/secrets` is `secrets`.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
@@ -21,9 +25,16 @@ from fastapi.responses import JSONResponse
 from space.api.deps import IdempotencyKeyDep, StateDep
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.front import FrontDep
-from space.api.e2b.rest import PrincipalDep, connect_sandbox, create_sandbox, visible
-from space.api.e2b.rest_models import ConnectV2In, NetworkUpdateIn, NewSandboxV2In
+from space.api.e2b.rest import (
+    PrincipalDep,
+    connect_sandbox,
+    create_sandbox,
+    sandbox_body,
+    visible,
+)
+from space.api.e2b.rest_models import ConnectV2In, ForkIn, NetworkUpdateIn, NewSandboxV2In
 from space.api.e2b.rules import secret_uses
+from space.store.models import utcnow
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False)
 
@@ -32,7 +43,6 @@ NOT_SUPPORTED: list[tuple[str, str, str]] = [
     ("GET", "/sandboxes/{sandbox_id}/logs", "sandbox logs (SPACE keeps per-command output)"),
     ("GET", "/v2/sandboxes/{sandbox_id}/logs", "sandbox logs (SPACE keeps per-command output)"),
     ("GET", "/sandboxes/metrics", "metrics of many sandboxes at once"),
-    ("POST", "/sandboxes/{sandbox_id}/fork", "fork"),
     ("GET", "/snapshots", "snapshots as templates"),
     ("GET", "/templates", "listing templates"),
     ("GET", "/v2/templates", "listing templates"),
@@ -86,6 +96,20 @@ async def update_network(
     uses = secret_uses(body.rules)
     await state.sandboxes.set_network(principal, row, body.network_policy(), uses)
     return Response(status_code=204)
+
+
+@router.post("/sandboxes/{sandbox_id}/fork", status_code=201)
+async def fork(
+    sandbox_id: str, body: ForkIn, principal: PrincipalDep, state: StateDep, front: FrontDep
+) -> JSONResponse:
+    """E2B's `[{"sandbox": Sandbox}]`; `timeout` sets each fork's deadline."""
+    rows = await state.sandboxes.fork(principal, visible(state, principal, sandbox_id), body.count)
+    if body.timeout is not None:
+        deadline = utcnow() + timedelta(seconds=body.timeout)
+        rows = [state.sandboxes.set_deadline(row, deadline) for row in rows]
+    return JSONResponse(
+        [{"sandbox": sandbox_body(front, principal, row)} for row in rows], status_code=201
+    )
 
 
 @router.get("/templates/aliases/{alias}")

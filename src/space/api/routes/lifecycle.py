@@ -1,4 +1,4 @@
-"""`POST /v1/sandboxes/{id}/pause|resume|suspend|restore`, and `.../timeout`."""
+"""`POST /v1/sandboxes/{id}/pause|resume|suspend|restore|fork`, and `.../timeout`."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from datetime import timedelta
 
 from fastapi import APIRouter
 
-from space.api.deps import SandboxDep, StateDep
+from space.api.deps import PrincipalDep, SandboxDep, StateDep
 from space.api.errors import out_of_bounds
-from space.api.routes.sandboxes import to_out
-from space.api.schemas import SandboxOut, TimeoutBody
+from space.api.routes.sandboxes import to_out, with_ingress
+from space.api.schemas import ForkBody, SandboxList, SandboxOut, TimeoutBody
 from space.control.power import PowerOp
 from space.store.models import utcnow
 
@@ -40,6 +40,15 @@ async def suspend(sandbox: SandboxDep, state: StateDep) -> SandboxOut:
 @router.post("/restore")
 async def restore(sandbox: SandboxDep, state: StateDep) -> SandboxOut:
     return await _power(state, sandbox, "restore")
+
+
+@router.post("/fork", status_code=201)
+async def fork(
+    body: ForkBody, sandbox: SandboxDep, principal: PrincipalDep, state: StateDep
+) -> SandboxList:
+    """`count` new sandboxes with this one's memory and disk at one instant (it runs on)."""
+    rows = await state.sandboxes.fork(principal, sandbox, body.count)
+    return SandboxList(sandboxes=[with_ingress(row, state.settings) for row in rows])
 
 
 @router.post("/timeout")

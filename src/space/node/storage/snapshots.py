@@ -23,7 +23,7 @@ PARTIAL = ".partial"
 class SnapshotStore(Protocol):
     def begin(self, owner: str) -> Path: ...
 
-    def seal(self, partial: Path, manifest: dict[str, Any]) -> Path: ...
+    def seal(self, partial: Path, manifest: dict[str, Any], *, durable: bool = True) -> Path: ...
 
     def latest(self, owner: str) -> Path | None: ...
 
@@ -52,15 +52,18 @@ class LocalSnapshotStore:
         partial.mkdir()
         return partial
 
-    def seal(self, partial: Path, manifest: dict[str, Any]) -> Path:
+    def seal(self, partial: Path, manifest: dict[str, Any], *, durable: bool = True) -> Path:
+        """Rename `partial` sealed; `durable`: every file fsynced first (a snapshot
+        nothing needs after a crash, such as a fork's, skips that)."""
+        sync = _fsync if durable else _no_sync
         for item in partial.iterdir():
-            _fsync(item)
+            sync(item)
         (partial / MANIFEST).write_text(json.dumps({"version": MANIFEST_VERSION, **manifest}))
-        _fsync(partial / MANIFEST)
-        _fsync(partial)
+        sync(partial / MANIFEST)
+        sync(partial)
         sealed = partial.with_name(partial.name.removesuffix(PARTIAL))
         os.replace(partial, sealed)
-        _fsync(partial.parent)
+        sync(partial.parent)
         return sealed
 
     def latest(self, owner: str) -> Path | None:
@@ -91,6 +94,10 @@ def _is_sealed(path: Path) -> bool:
 def _seq(path: Path) -> int:
     head = path.name.removesuffix(PARTIAL)
     return int(head) if head.isdigit() else 0
+
+
+def _no_sync(path: Path) -> None:
+    """A seal that need not survive a crash."""
 
 
 def _fsync(path: Path) -> None:

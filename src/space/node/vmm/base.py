@@ -114,12 +114,18 @@ class VmmDriver(Protocol):
         """Let go of a VM (control connections) but leave it running for adoption."""
         ...
 
-    async def save(self, vm: VmHandle, directory: Path) -> None:
+    async def save(self, vm: VmHandle, directory: Path, *, memory_file: bool = False) -> None:
         """Stop the VM and write its memory and device state into `directory`.
 
         The VM stays stopped with its disk flushed, so the caller can clone the
-        disk into the same snapshot before ending or resuming the VM.
+        disk into the same snapshot before ending or resuming the VM. With
+        `memory_file`, its RAM goes into a memory file beside the device state
+        (whatever backs it now), which restores map private and share.
         """
+        ...
+
+    def forget(self, snapshot: Path) -> None:
+        """Drop what the driver keeps for restores of `snapshot` (about to be removed)."""
         ...
 
     async def restore(self, config: VmConfig, directory: Path) -> VmHandle:

@@ -152,7 +152,8 @@ class FirecrackerDriver:
     async def resume(self, vm: VmHandle) -> None:
         await self._call(vm, "PATCH", "/vm", {"state": "Resumed"})
 
-    async def save(self, vm: VmHandle, directory: Path) -> None:
+    async def save(self, vm: VmHandle, directory: Path, *, memory_file: bool = False) -> None:
+        """Firecracker always writes the guest memory as a file of its own."""
         await self.pause(vm)
         await self._call(
             vm,
@@ -201,6 +202,9 @@ class FirecrackerDriver:
 
     async def sweep(self, live: set[str]) -> None:
         """Nothing to sweep: this driver runs Firecracker unconfined (see ADR 0004)."""
+
+    def forget(self, snapshot: Path) -> None:
+        """Keeps nothing per snapshot."""
 
     def close(self) -> None:
         """Holds nothing beyond its VMs."""

@@ -24,6 +24,7 @@ from space.node.vmm.jail import STATE_MARGIN, Jail, Jailer
 from space.node.vmm.process import ProcessWatch, process_matches, read_pid
 from space.node.vmm.qemu_args import QEMU_BINARY, DriveFds, qemu_argv
 from space.node.vmm.qemu_migration import cancel_unfinished_save, load_state, save_state
+from space.node.vmm.qemu_stream import split_ram
 from space.node.vmm.qmp import QmpClient, QmpError
 from space.node.vmm.shared_memory import SharedMemory
 
@@ -34,6 +35,7 @@ STOP_GRACE = 2.0
 LAUNCH_TIMEOUT = 30.0
 STATE_FILE = "vmstate"
 MEMORY_FILE = "memory"
+STREAM_FILE = "stream.partial"  # a whole migration stream, while its RAM is split out
 
 
 @dataclass
@@ -68,19 +70,34 @@ class QemuDriver:
     async def boot(self, config: VmConfig) -> QemuVm:
         return await self._launch(config, incoming=None)
 
-    async def save(self, vm: VmHandle, directory: Path) -> None:
+    async def save(self, vm: VmHandle, directory: Path, *, memory_file: bool = False) -> None:
         """Stop the VM and write its RAM and device state into `directory`.
 
         The VM stays stopped; its disk is quiescent (QEMU flushes it at the end
-        of the migration), so the caller may clone the disk next.
+        of the migration), so the caller may clone the disk next. RAM mapped
+        shared from a file is cloned from that file; with `memory_file`, other
+        RAM is split out of the migration stream into one (`qemu_stream.py`).
         """
         qmp = self._qmp(vm)
         await qmp.execute("stop")
         shared = vm.config.memory_shared and vm.config.memory_file is not None
         limit = vm.config.memory_mib * (1 << 20) + STATE_MARGIN
+        if memory_file and not shared:
+            stream = directory / STREAM_FILE
+            await save_state(qmp, stream, skip_shared_ram=True, max_bytes=limit)
+            try:
+                memory = directory / MEMORY_FILE
+                await asyncio.to_thread(split_ram, stream, directory / STATE_FILE, memory)
+            finally:
+                stream.unlink()
+            return
         await save_state(qmp, directory / STATE_FILE, skip_shared_ram=shared, max_bytes=limit)
         if shared and vm.config.memory_file is not None:
             await asyncio.to_thread(clone_file, vm.config.memory_file, directory / MEMORY_FILE)
+
+    def forget(self, snapshot: Path) -> None:
+        """Close the sealed copy of `snapshot`'s memory file (its clones keep theirs)."""
+        self._shared.forget(snapshot / MEMORY_FILE)
 
     async def restore(self, config: VmConfig, directory: Path) -> QemuVm:
         """Start a VM from a saved state; `config` must describe the same devices.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import threading
 from pathlib import Path
 
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
@@ -24,12 +25,22 @@ class SharedMemory:
 
     def __init__(self) -> None:
         self._fds: dict[Path, int] = {}
+        self._lock = threading.Lock()  # restores call `fd` from threads, concurrently
 
     def fd(self, memory_file: Path) -> int:
-        """The sealed memfd holding `memory_file` (copied on first use, holes kept)."""
-        if memory_file not in self._fds:
-            self._fds[memory_file] = _sealed_copy(memory_file)
-        return self._fds[memory_file]
+        """The sealed memfd holding `memory_file` (copied on first use, holes kept):
+        concurrent first users get the one copy."""
+        with self._lock:
+            if memory_file not in self._fds:
+                self._fds[memory_file] = _sealed_copy(memory_file)
+            return self._fds[memory_file]
+
+    def forget(self, memory_file: Path) -> None:
+        """Close the copy of `memory_file`, if one is held (VMs mapping it keep it)."""
+        with self._lock:
+            fd = self._fds.pop(memory_file, None)
+        if fd is not None:
+            os.close(fd)
 
     def close(self) -> None:
         for fd in self._fds.values():
