@@ -340,3 +340,20 @@ def test_load_counts_live_places_only(settings: Settings) -> None:
             ("sbx-3", "creating"),
         ]
     db.dispose()
+
+
+async def test_forks_live_on_their_sources_node(
+    world: tuple[World, Cluster, httpx.AsyncClient],
+) -> None:
+    nodes, _cluster, http = world
+    ids = [(await http.post("/v1/sandboxes", json={})).json()["id"] for _ in range(3)]
+    source = ids[1]
+    forked = await http.post(f"/v1/sandboxes/{source}/fork", json={"count": 2})
+    assert forked.status_code == 201, forked.text
+    forks = [sandbox["id"] for sandbox in forked.json()["sandboxes"]]
+    home = holder(nodes, source)
+    assert {holder(nodes, fork) for fork in forks} == {home}
+    with database(nodes).session() as session:
+        assert {PlacementRepo(session).node_of(fork) for fork in forks} == {home}
+    ran = await http.post(f"/v1/sandboxes/{forks[0]}/exec", json={"cmd": "echo fork"})
+    assert ran.json()["stdout"] == "fork\n"

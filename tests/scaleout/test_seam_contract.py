@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from space.credentials.audit import AuditChain
-from space.seam.errors import SandboxNotFound
+from space.seam.errors import SandboxNotFound, SandboxUnavailable
 from space.seam.protocol import NodeClient
 from space.seam.values import (
     AuditBatch,
@@ -59,6 +59,17 @@ async def test_lifecycle_calls(node: NodeClient, fake: PowerNode) -> None:
     assert fake.restored == ["sb-two"]
     await node.destroy_sandbox("sb-two")
     assert "sb-two" not in fake.vms
+
+
+async def test_fork_and_its_refusals_cross(node: NodeClient, fake: PowerNode) -> None:
+    forks = await node.fork_sandbox(SANDBOX, ["sb-f1", "sb-f2"])
+    assert [o.sandbox_id for o in forks] == ["sb-f1", "sb-f2"]
+    assert fake.forks[-1] == (SANDBOX, ("sb-f1", "sb-f2"))
+    with pytest.raises(SandboxNotFound):
+        await node.fork_sandbox("sb-nope", ["sb-f3"])
+    await node.pause_sandbox(SANDBOX)
+    with pytest.raises(SandboxUnavailable, match="only a running sandbox forks"):
+        await node.fork_sandbox(SANDBOX, ["sb-f4"])
 
 
 async def test_exec_round_trips_bytes_and_the_request(node: NodeClient, fake: PowerNode) -> None:
