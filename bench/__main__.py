@@ -3,9 +3,9 @@
     sudo SPACE_ACCEL=tcg .venv/bin/python -m bench all [--json FILE] [--full]
 
 Runs bench.runtime, bench.create_latency, bench.api, bench.gateway,
-bench.credentials, bench.ingress, bench.density, bench.interpreter and bench.fork one after
-another, with counts small enough for about ten minutes on a 2-core TCG host
-(`--full`: each module's own defaults). A section that fails is reported and the
+bench.credentials, bench.ingress, bench.density, bench.interpreter, bench.fork and
+bench.scaleout one after another, with counts small enough for about ten minutes on
+a 2-core TCG host (`--full`: each module's own defaults). A section that fails is reported and the
 others still run: a benchmark never fails anything. `--json FILE` (`-` for stdout)
 writes every figure (name, unit, percentiles or value) and every printed line, per
 section, with how long the section took.
@@ -33,6 +33,7 @@ from bench import (
     ingress,
     interpreter,
     runtime,
+    scaleout,
 )
 from bench.stats import FIGURES, LINES, emit
 
@@ -73,6 +74,10 @@ def _interpreter(full: bool) -> None:
     interpreter.main(5 if full else 3)
 
 
+def _scaleout(full: bool) -> None:
+    scaleout.main(*((24, 8) if full else (6, 3)))
+
+
 def _fork(full: bool) -> None:
     fork.main(5 if full else 2, 5 if full else 3)
 
@@ -87,6 +92,7 @@ SECTIONS: dict[str, Section] = {
     "density": _density,
     "interpreter": _interpreter,
     "fork": _fork,
+    "scaleout": _scaleout,
 }
 
 
