@@ -19,7 +19,7 @@ from space.control.cluster import Cluster
 from space.control.controller import Controller
 from space.control.placement import NoNodeAvailable, choose
 from space.credentials.audit import AuditEvent
-from space.seam.values import AuditBatch, ExecRequest, SandboxObservation
+from space.seam.values import AuditBatch, ExecRequest, SandboxObservation, SandboxSpec
 from space.store.db import Database
 from space.store.keys import KeyRepo
 from space.store.models import Node, Org, Sandbox
@@ -357,3 +357,21 @@ async def test_forks_live_on_their_sources_node(
         assert {PlacementRepo(session).node_of(fork) for fork in forks} == {home}
     ran = await http.post(f"/v1/sandboxes/{forks[0]}/exec", json={"cmd": "echo fork"})
     assert ran.json()["stdout"] == "fork\n"
+
+
+async def test_a_node_lost_since_the_last_refresh_gets_no_new_sandbox(settings: Settings) -> None:
+    probe = create_app(settings, None)
+    db: Database = probe.state.space.db
+    for name in ("node-a", "node-b"):
+        register(db, name)
+    fakes = {"node-a": MemberFake(), "node-b": MemberFake()}
+    cluster = Cluster(db, lambda info: fakes[info.name], call_timeout=2, refresh_seconds=3600)
+    await cluster.open()
+    age_heartbeat(db, "node-a", seconds=3600)
+    with db.session() as session:
+        assert NodeRepo(session).mark_lost(timedelta(seconds=60)) == ["node-a"]
+    for n in range(3):  # the cluster's own view still has node-a ready
+        await cluster.create_sandbox(SandboxSpec(f"sbx-{n}"))
+    assert not fakes["node-a"].vms and len(fakes["node-b"].vms) == 3
+    await cluster.aclose()
+    db.dispose()

@@ -40,19 +40,19 @@ def client(many: ManyNodes, n: int) -> httpx.Client:
     return httpx.Client(base_url=many.api_urls[n % 2], headers=headers, timeout=120)
 
 
-def node_of(http: httpx.Client, many: ManyNodes, sandbox: str) -> str:
+def observe(url: str, token: str) -> httpx.Response:
+    """A node's seam `observe`, called as the control plane does."""
+    headers = {"Authorization": f"Bearer {token}"}
+    return httpx.post(f"{url}/seam/v1/observe", json={}, headers=headers, timeout=30)
+
+
+def node_of(many: ManyNodes, sandbox: str) -> str:
     """The running node holding `sandbox`: the one whose `observe` lists it."""
     holders = []
     for name, node in many.nodes.items():
         if not node.alive("node"):
             continue
-        token = many.token_of(name).read_text()
-        answer = httpx.post(
-            f"{node.node_url}/seam/v1/observe",
-            json={},
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=30,
-        )
+        answer = observe(node.node_url, many.token_of(name).read_text())
         assert answer.status_code == 200, answer.text
         if sandbox in answer.text:
             holders.append(name)
@@ -85,7 +85,7 @@ def test_three_nodes_two_replicas_and_a_lost_node(many: ManyNodes) -> None:
             created = apis[n % 2].post("/v1/sandboxes", json={})
             assert created.status_code == 201, created.text
             sandboxes.append(created.json()["id"])
-        placed = {sid: node_of(apis[0], many, sid) for sid in sandboxes}
+        placed = {sid: node_of(many, sid) for sid in sandboxes}
         assert sorted(list(placed.values()).count(name) for name in many.nodes) == [PER_NODE] * 3
 
         for n, sid in enumerate(sandboxes):  # every call through the other replica too
@@ -101,12 +101,7 @@ def test_three_nodes_two_replicas_and_a_lost_node(many: ManyNodes) -> None:
         names = list(many.nodes)
         victim, other = names[0], names[1]
         stolen = many.token_of(victim).read_text()
-        refused = httpx.post(
-            f"{many.nodes[other].node_url}/seam/v1/observe",
-            json={},
-            headers={"Authorization": f"Bearer {stolen}"},
-            timeout=30,
-        )
+        refused = observe(many.nodes[other].node_url, stolen)
         assert refused.status_code == 401  # a node's token opens no other node
 
         many.nodes[victim].kill("node", signal.SIGKILL)
@@ -129,7 +124,7 @@ def test_three_nodes_two_replicas_and_a_lost_node(many: ManyNodes) -> None:
             assert ran.json()["stdout"] == "still\n"
         replacement = apis[0].post("/v1/sandboxes", json={})
         assert replacement.status_code == 201, replacement.text
-        assert node_of(apis[0], many, replacement.json()["id"]) != victim
+        assert node_of(many, replacement.json()["id"]) != victim
         sandboxes.append(replacement.json()["id"])
 
         many.start_node(victim)  # back: it adopts its VMs, which the deletes below remove

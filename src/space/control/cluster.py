@@ -155,21 +155,19 @@ class Cluster:
 
     def _place(self, spec: SandboxSpec) -> str:
         """The node `spec` is created on: its recorded one, unless that node is lost
-        or gone; otherwise a new choice, recorded before any node is asked."""
+        or gone; otherwise a new choice over the registry as it is now (a node lost
+        since the last refresh is not chosen), recorded before any node is asked."""
         with self._db.session() as session:
             placements = PlacementRepo(session)
+            nodes = [n for n in NodeRepo(session).all() if n.name in self._members]
             placed = placements.node_of(spec.sandbox_id)
-            if placed is not None and self._usable(placed):
+            if any(n.name == placed and n.state is not NodeState.LOST for n in nodes):
+                assert placed is not None
                 return placed
-            nodes = [m.info for m in self._members.values()]
             chosen = choose(nodes, spec.template, placements.load()).name
             placements.place(spec.sandbox_id, chosen)
         log.info("sandbox %s placed on node %s", spec.sandbox_id, chosen)
         return chosen
-
-    def _usable(self, name: str) -> bool:
-        member = self._members.get(name)
-        return member is not None and member.info.state is not NodeState.LOST
 
     def _on(self, sandbox_id: str) -> NodeClient:
         return self._member_of(sandbox_id).client
