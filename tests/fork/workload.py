@@ -17,7 +17,8 @@ KEEPER = (
     'python3 -c "import os, signal, time\n'
     "secret = os.urandom(16).hex()\n"
     "def dump(*_):\n"
-    "    open('/tmp/secret', 'w').write(f'{os.getpid()} {secret}')\n"
+    "    with open('/tmp/secret.tmp', 'w') as out: out.write(f'{os.getpid()} {secret}')\n"
+    "    os.replace('/tmp/secret.tmp', '/tmp/secret')\n"  # a reader never sees it half-written
     "def redraw(*_):\n"
     "    global secret\n"
     "    secret = os.urandom(16).hex()\n"
