@@ -225,6 +225,8 @@ def _local_node(settings: Settings) -> LocalNode:
         agent_timeout=settings.timeouts.agent,
         vmm=vmm.driver,
         recovery=settings.recovery,
+        shared_snapshots=settings.node.shared_snapshots,
+        node_name=settings.cluster.own_node_name,
     )
 
 
@@ -247,6 +249,8 @@ def local_node(
     agent_timeout: float | None = None,
     vmm: str = "qemu",
     recovery: RecoveryConfig | None = None,
+    shared_snapshots: Path | None = None,
+    node_name: str = "",
 ) -> LocalNode:
     """This host's node worker wired from its services: the one place a `LocalNode` is
     built (the servers' composition root; tests and benchmarks build theirs here too).
@@ -276,6 +280,8 @@ def local_node(
         progress=progress,
         console_log_bytes=console_log_bytes,
         agent_timeout=TimeoutConfig().agent if agent_timeout is None else agent_timeout,
+        shared_snapshots=shared_snapshots,
+        node_name=node_name,
     )
     templates = TemplateCatalog(cache_dir, progress)
     metrics = NodeMetrics(lambda: [*host.sandboxes.values(), *warm.entries()])
@@ -447,6 +453,7 @@ async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: 
         timeouts=settings.timeouts,
         config=settings.controller,
         fence=fence.check,
+        others_act=True,
         after_pass=after_pass(
             CredentialPush(credentials, db, node, timeout),
             AuditCopy(db, credentials.audit_file, node, timeout),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -195,7 +196,10 @@ class EgressConfig(BaseSettings):
 
 
 class NodeConfig(BaseSettings):
-    """`SPACE_NODE_*`, plus `SPACE_POOL_SIZE`: how the node worker uses this host."""
+    """`SPACE_NODE_*`, plus `SPACE_POOL_SIZE`: how the node worker uses this host.
+
+    `shared_snapshots`: a directory every node mounts (NFS); each suspend is published
+    there, so a lost or drained node's suspended sandboxes restore on another node."""
 
     model_config = SettingsConfigDict(
         env_prefix="SPACE_NODE_", extra="ignore", populate_by_name=True
@@ -208,6 +212,7 @@ class NodeConfig(BaseSettings):
     warm_refill: int = Field(default=1, ge=1, le=16)
     warm_reserve_mib: int = Field(default=2048, ge=0, le=1 << 20)
     base_snapshots: bool = True
+    shared_snapshots: Path | None = None
     pool_size: str = Field(
         default="64G", pattern=r"^[0-9]+[KMGT]$", validation_alias="SPACE_POOL_SIZE"
     )
@@ -481,6 +486,11 @@ class ClusterConfig(BaseSettings):
     node_tokens_dir: Path | None = None
     node_token: SecretStr | None = None
     refresh_seconds: float = Field(default=5.0, gt=0, le=3600)
+
+    @property
+    def own_node_name(self) -> str:
+        """The name this node registers as: `node_name`, default the host name."""
+        return self.node_name or socket.gethostname()
 
     @property
     def drives_nodes(self) -> bool:

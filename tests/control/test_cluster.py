@@ -19,6 +19,7 @@ from space.control.cluster import Cluster
 from space.control.controller import Controller
 from space.control.placement import NoNodeAvailable, choose
 from space.credentials.audit import AuditEvent
+from space.seam.errors import SnapshotMissing
 from space.seam.values import AuditBatch, ExecRequest, SandboxObservation, SandboxSpec
 from space.store.db import Database
 from space.store.keys import KeyRepo
@@ -40,6 +41,25 @@ class MemberFake(FakeNode):
     opened: int = 0
     closed: int = 0
     names: list[str] = field(default_factory=lambda: ["base", "busybox"])
+    shared: dict[str, str] = field(default_factory=dict)  # the shared snapshot store
+    adopted: list[str] = field(default_factory=list)
+
+    async def suspend_sandbox(self, sandbox_id: str) -> None:
+        self._require(sandbox_id)
+        self.vms[sandbox_id] = SandboxObservation(sandbox_id, "suspended", "base")
+        self.shared[sandbox_id] = "base"  # published, as a node with a shared store does
+
+    async def restore_sandbox(self, sandbox_id: str) -> None:
+        self._require(sandbox_id)
+        self.vms[sandbox_id] = SandboxObservation(sandbox_id, "running", "base")
+
+    async def adopt_snapshot(self, sandbox_id: str) -> SandboxObservation:
+        if sandbox_id not in self.vms:
+            if sandbox_id not in self.shared:
+                raise SnapshotMissing(sandbox_id, "the shared store holds none")
+            self.adopted.append(sandbox_id)
+            self.vms[sandbox_id] = SandboxObservation(sandbox_id, "suspended", "base")
+        return self.vms[sandbox_id]
 
     async def open(self) -> None:
         self.opened += 1
@@ -76,10 +96,11 @@ class World:
         self.connected: list[str] = []
         self.app: FastAPI | None = None
         self.settings = settings
+        self.shared: dict[str, str] = {}
 
     def connect(self, info: NodeInfo) -> MemberFake:
         self.connected.append(info.name)
-        return self.nodes.setdefault(info.name, MemberFake())
+        return self.nodes.setdefault(info.name, MemberFake(shared=self.shared))
 
 
 @pytest.fixture
@@ -195,6 +216,63 @@ async def test_a_silent_node_is_left_alone_and_a_lost_one_fails_its_sandboxes(
     await reconcile(nodes)
     gone = await http.get(f"/v1/sandboxes/{on_b[0]}")
     assert gone.status_code == 404 or gone.json()["state"] == "deleted"
+
+
+def lose(world: World, name: str) -> None:
+    nodes = world.nodes
+    nodes[name].silent = True
+    age_heartbeat(database(world), name, seconds=3600)
+    with database(world).session() as session:
+        assert NodeRepo(session).mark_lost(timedelta(seconds=60)) == [name]
+
+
+async def test_a_lost_nodes_suspended_sandbox_restores_on_another_node(
+    world: tuple[World, Cluster, httpx.AsyncClient],
+) -> None:
+    nodes, cluster, http = world
+    made = [(await http.post("/v1/sandboxes", json={})).json()["id"] for _ in range(6)]
+    home = holder(nodes, made[0])
+    ids = [sid for sid in made if holder(nodes, sid) == home]
+    assert len(ids) == 2
+    for sid in ids:
+        assert (await http.post(f"/v1/sandboxes/{sid}/suspend")).status_code == 200
+    del nodes.shared[ids[1]]  # its publish never reached the shared store
+    lose(nodes, home)
+    await cluster.refresh(force=True)
+    await reconcile(nodes)
+    for sid in ids:  # suspended, not failed: its snapshot may be elsewhere
+        row = (await http.get(f"/v1/sandboxes/{sid}")).json()
+        assert row["state"] == "suspended", row
+    assert nodes.nodes[home].adopted == []  # nothing moves before it is asked
+
+    restored = await http.post(f"/v1/sandboxes/{ids[0]}/restore")
+    assert restored.status_code == 200, restored.text
+    assert restored.json()["state"] == "running"
+    (new_home,) = [n for n, node in nodes.nodes.items() if n != home and ids[0] in node.vms]
+    assert nodes.nodes[new_home].adopted == [ids[0]]
+    ran = await http.post(f"/v1/sandboxes/{ids[0]}/exec", json={"cmd": "echo moved"})
+    assert ran.json()["stdout"] == "moved\n"
+
+    refused = await http.post(f"/v1/sandboxes/{ids[1]}/restore")  # none in the store
+    assert refused.status_code >= 400, refused.text
+    row = (await http.get(f"/v1/sandboxes/{ids[1]}")).json()
+    assert row["state"] == "suspended" and "shared store holds none" in (row["reason"] or "")
+
+
+async def test_a_move_cut_short_after_its_placement_finishes_on_restore(
+    world: tuple[World, Cluster, httpx.AsyncClient],
+) -> None:
+    nodes, cluster, http = world
+    sandbox_id = (await http.post("/v1/sandboxes", json={})).json()["id"]
+    home = holder(nodes, sandbox_id)
+    assert (await http.post(f"/v1/sandboxes/{sandbox_id}/suspend")).status_code == 200
+    other = next(name for name in nodes.nodes if name != home)
+    with database(nodes).session() as session:  # placed elsewhere, never taken in
+        PlacementRepo(session).place(sandbox_id, other)
+    restored = await http.post(f"/v1/sandboxes/{sandbox_id}/restore")
+    assert restored.status_code == 200, restored.text
+    assert nodes.nodes[other].adopted == [sandbox_id]
+    assert nodes.nodes[other].vms[sandbox_id].state == "running"
 
 
 async def sandbox_states(http: httpx.AsyncClient, ids: list[str]) -> dict[str, str]:

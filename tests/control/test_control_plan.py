@@ -54,3 +54,16 @@ def test_converged_and_busy_sandboxes_need_nothing() -> None:
     assert plan([row("running"), row("suspended", "sb2")], [obs("running")]) == []
     assert plan([row("creating")], [], busy=frozenset({"sb1"})) == []
     assert plan([], [obs("running")], busy=frozenset({"sb1"})) == []
+
+
+def test_an_operation_another_process_runs_is_left_alone_for_its_grace() -> None:
+    suspending = RowSnapshot("sb1", "suspending", 4, desired="suspended", age=5)
+    pausing = RowSnapshot("sb2", "running", 4, desired="paused", age=5)
+    resting = RowSnapshot("sb3", "running", 4, desired="running", age=5)
+    held = [obs("running", "sb1"), obs("running", "sb2"), obs("stopped", "sb3")]
+    rows = [suspending, pausing, resting]
+    assert [a.sandbox_id for a in plan(rows, held, grace=60)] == ["sb3"]  # it is lost
+    past = [RowSnapshot(r.sandbox_id, r.state, 4, desired=r.desired, age=61) for r in rows]
+    ops = {a.sandbox_id: a.op for a in plan(past, held, grace=60) if a.verb is Verb.POWER}
+    assert ops == {"sb1": "suspend", "sb2": "pause"}  # cut short: finished from here
+    assert len(plan(rows, held)) == 3  # no grace: one process, its own busy set

@@ -16,8 +16,16 @@ unless that node is lost. Every call naming a sandbox goes to the node its row n
 - for a node the registry marks lost (`space.control.registry`), its running and
   paused sandboxes are reported `error` naming the node, so the reconciler marks them
   failed with that reason; a create placed there is placed again; a delete finishes
-  without it (there is nothing left to ask). A suspended sandbox stays suspended: its
-  snapshot lives on that node's disk (no shared snapshot store yet).
+  without it (there is nothing left to ask). Its suspended (and restoring) sandboxes
+  are reported `suspended`: with a shared snapshot store they restore elsewhere.
+
+Moving a suspended sandbox (`adopt_snapshot`, which `restore_sandbox` does first
+for a sandbox whose node is lost or gone): a new node is chosen as for a create
+(never the one it leaves), recorded in `sandboxes.node`, then asked to take the
+sandbox in from the shared snapshot store (`space.node.moving`); if it cannot, the
+row names the node it left again. A node the row names that does not hold the
+sandbox (a move cut short between the two) is asked to take it in before it
+restores it.
 
 Members are built by `connect(node)` from the registry (`refresh`, at most every
 `refresh_seconds`): a node that registers joins, one whose address changes is
@@ -33,7 +41,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, M
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from space.control.placement import choose
+from space.control.placement import NoNodeAvailable, choose
 from space.seam.errors import SandboxNotFound, SandboxUnavailable
 from space.seam.protocol import CommandHandle, NodeClient, WatchStream
 from space.seam.values import (
@@ -59,7 +67,9 @@ log = logging.getLogger(__name__)
 S = SandboxState
 
 #: Row states whose sandbox a lost node took with it (reported `error`).
-TAKEN_BY_LOSS = frozenset({S.RUNNING.value, S.PAUSED.value, S.SUSPENDING.value, S.RESTORING.value})
+TAKEN_BY_LOSS = frozenset({S.RUNNING.value, S.PAUSED.value, S.SUSPENDING.value})
+#: Row states whose sandbox a lost node left in the shared snapshot store.
+LEFT_BY_LOSS = frozenset({S.SUSPENDED.value, S.RESTORING.value})
 
 
 class MemberNode(NodeClient, Protocol):
@@ -172,6 +182,46 @@ class Cluster:
     def _on(self, sandbox_id: str) -> NodeClient:
         return self._member_of(sandbox_id).client
 
+    async def adopt_snapshot(self, sandbox_id: str) -> SandboxObservation:
+        """Move the suspended `sandbox_id` to another node (NoNodeAvailable if none
+        can take it, SnapshotMissing if the shared store has none)."""
+        await self.refresh()
+        name, leaving = await asyncio.to_thread(self._place_elsewhere, sandbox_id)
+        log.info("sandbox %s moves from node %s to node %s", sandbox_id, leaving, name)
+        try:
+            return await self._members[name].client.adopt_snapshot(sandbox_id)
+        except Exception:
+            if leaving is not None:  # it stays where its snapshot may still be
+                await asyncio.to_thread(self._place_all, [sandbox_id], leaving)
+            raise
+
+    def _place_elsewhere(self, sandbox_id: str) -> tuple[str, str | None]:
+        """A new node for `sandbox_id`, recorded; and the one it leaves."""
+        with self._db.session() as session:
+            placements = PlacementRepo(session)
+            row = session.get(Sandbox, sandbox_id)
+            if row is None:
+                raise SandboxNotFound(sandbox_id)
+            leaving = row.node
+            nodes = [
+                n for n in NodeRepo(session).all() if n.name in self._members and n.name != leaving
+            ]
+            if not nodes:
+                raise NoNodeAvailable(row.template, f"no node but {leaving} is registered")
+            chosen = choose(nodes, row.template, placements.load()).name
+            placements.place(sandbox_id, chosen)
+            return chosen, leaving
+
+    def _held_elsewhere(self, sandbox_id: str) -> bool:
+        """Whether `sandbox_id`'s node is lost or gone from the registry, as the
+        registry is now (not as this process last read it)."""
+        with self._db.session() as session:
+            name = PlacementRepo(session).node_of(sandbox_id)
+            if name is None:
+                return False
+            states = {node.name: node.state for node in NodeRepo(session).all()}
+        return states.get(name, NodeState.LOST) is NodeState.LOST
+
     def _member_of(self, sandbox_id: str) -> Member:
         """The member holding `sandbox_id` (SandboxUnavailable while its node is lost
         or unknown; SandboxNotFound when no node holds it)."""
@@ -250,9 +300,14 @@ class Cluster:
             if row.node in silent:
                 why = f"node {row.node} does not answer"
                 result.append(SandboxObservation(sandbox_id, "unreachable", row.template, why))
-            elif self._nodes[row.node].state is NodeState.LOST and row.state in TAKEN_BY_LOSS:
+            elif self._nodes[row.node].state is not NodeState.LOST:
+                continue
+            elif row.state in TAKEN_BY_LOSS:
                 why = f"node {row.node} is lost (no heartbeat)"
                 result.append(SandboxObservation(sandbox_id, "error", row.template, why))
+            elif row.state in LEFT_BY_LOSS:
+                why = f"node {row.node} is lost; restores on another node from the shared store"
+                result.append(SandboxObservation(sandbox_id, "suspended", row.template, why))
         return result
 
     def _live_rows(self) -> dict[str, _Row]:
@@ -321,7 +376,16 @@ class Cluster:
         await self._on(sandbox_id).suspend_sandbox(sandbox_id)
 
     async def restore_sandbox(self, sandbox_id: str) -> None:
-        await self._on(sandbox_id).restore_sandbox(sandbox_id)
+        """Restore where the row places it: moved first off a lost or gone node, taken
+        in from the shared store by a placed node that does not hold it yet."""
+        if await asyncio.to_thread(self._held_elsewhere, sandbox_id):
+            await self.adopt_snapshot(sandbox_id)
+        node = self._on(sandbox_id)
+        try:
+            await node.restore_sandbox(sandbox_id)
+        except SandboxNotFound:
+            await node.adopt_snapshot(sandbox_id)
+            await node.restore_sandbox(sandbox_id)
 
     async def set_network_policy(self, sandbox_id: str, policy: dict[str, Any] | None) -> None:
         await self._on(sandbox_id).set_network_policy(sandbox_id, policy)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from functools import partial
 from typing import TypeVar
 
@@ -31,7 +32,7 @@ from space.seam.protocol import NodeClient
 from space.seam.values import SandboxObservation, SandboxSpec
 from space.store.db import Database
 from space.store.errors import DatabaseUnavailable, NotFound, StaleGeneration
-from space.store.models import Sandbox
+from space.store.models import Sandbox, utcnow
 from space.store.sandboxes import SandboxRepo, StillDue
 from space.store.states import SandboxState
 from space.tasks import TaskSet
@@ -53,17 +54,21 @@ class Controller:
         activity: Activity | None = None,
         fence: Callable[[], None] | None = None,
         after_pass: AfterPass | None = None,
+        others_act: bool = False,
     ) -> None:
         """`fence` raises `NotLeader` once this process may no longer act (a deposed
         leader, `space.control.leader`); it is checked before every create, destroy
         and state write. `after_pass` gets what the node observed at the end of
-        every reconcile pass (the credential views' backstop)."""
+        every reconcile pass (the credential views' backstop). `others_act`: API processes
+        beside this one run power operations themselves (`space controller`); the
+        reconciler leaves one alone until it has outlasted its own timeout (`plan`)."""
         self._db = db
         self._fence = fence or _unfenced
         self._after_pass = after_pass
         self._node = node
         self._timeouts = timeouts
         self._config = config
+        self._grace = timeouts.create + timeouts.node_call if others_act else 0.0
         self._in_flight: dict[str, asyncio.Task[object]] = {}  # create, delete, destroy
         self._powering: dict[str, asyncio.Task[object]] = {}  # pause, resume, ...
         self._tasks = TaskSet()
@@ -114,8 +119,10 @@ class Controller:
         async with asyncio.timeout(self._timeouts.node_call):
             observed = await self._node.observe()
         with self._db.session() as session:
-            rows = [_snapshot(row) for row in SandboxRepo(session).list_live()]
-        actions = plan(rows, observed, busy=frozenset(self._in_flight) | set(self._powering))
+            now = utcnow()
+            rows = [_snapshot(row, now) for row in SandboxRepo(session).list_live()]
+        busy = frozenset(self._in_flight) | set(self._powering)
+        actions = plan(rows, observed, busy=busy, grace=self._grace)
         for action in actions:
             log.info("reconcile: %s %s (%s)", action.verb, action.sandbox_id, action.reason)
             try:
@@ -362,13 +369,14 @@ def _spec(row: Sandbox) -> SandboxSpec | str:
         return f"create failed: the sandbox row is unusable: {exc}"
 
 
-def _snapshot(row: Sandbox) -> RowSnapshot:
+def _snapshot(row: Sandbox, now: datetime) -> RowSnapshot:
     return RowSnapshot(
         sandbox_id=row.id,
         state=row.state,
         generation=row.generation,
         desired=row.desired_state,
         fork_of=row.fork_of,
+        age=(now - row.updated_at).total_seconds(),
     )
 
 

@@ -20,6 +20,12 @@ Every row state has a way forward from what the node holds (`running`, `paused`,
 | deleting                 | anything                          | finish delete       |
 | error                    | anything                          | destroy             |
 | any                      | unreachable (its node is silent)  | none: wait          |
+
+With a `grace` (a controller beside API processes that run power operations of
+their own), a running, paused, suspending or restoring row whose desired state it
+has not reached and that changed less than `grace` seconds ago is left alone:
+another process may be in the middle of that operation. Past the grace, the
+operation counts as cut short and the table above applies.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class RowSnapshot:
     generation: int
     desired: str = DesiredState.RUNNING.value
     fork_of: str | None = None  # a fork: only its fork call makes it, never a create
+    age: float = float("inf")  # seconds since the row last changed
 
 
 @dataclass(frozen=True)
@@ -85,12 +92,14 @@ def plan(
     rows: Sequence[RowSnapshot],
     observed: Iterable[SandboxObservation],
     busy: frozenset[str] = frozenset(),
+    grace: float = 0.0,
 ) -> list[Action]:
-    """Actions that move observed toward desired; sandboxes in `busy` are left alone."""
+    """Actions that move observed toward desired; sandboxes in `busy`, and operations
+    under way for less than `grace` seconds, are left alone."""
     by_id = {obs.sandbox_id: obs for obs in observed}
     actions: list[Action] = []
     for row in rows:
-        if row.sandbox_id in busy:
+        if row.sandbox_id in busy or _under_way(row, grace):
             continue
         try:
             action = _for_row(row, by_id.get(row.sandbox_id))
@@ -103,6 +112,13 @@ def plan(
     for sandbox_id in sorted(by_id.keys() - wanted - busy):
         actions.append(Action(Verb.DESTROY, sandbox_id, reason="orphan: no live sandbox row"))
     return actions
+
+
+def _under_way(row: RowSnapshot, grace: float) -> bool:
+    """Whether a power operation on `row` may still be running in another process."""
+    if row.age >= grace or row.state not in MOVING:
+        return False
+    return row.state in (S.SUSPENDING, S.RESTORING) or row.desired != row.state
 
 
 def _for_row(row: RowSnapshot, obs: SandboxObservation | None) -> Action | None:

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import os
 import shutil
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -37,7 +36,7 @@ class NodeIdentity:
     def of(cls, config: ClusterConfig) -> NodeIdentity:
         """`SPACE_CLUSTER_NODE_NAME` (default: the host name) at `..._NODE_ADDRESS`
         (default: the name)."""
-        name = config.node_name or socket.gethostname()
+        name = config.own_node_name
         return cls(name=name, address=config.node_address or name)
 
 

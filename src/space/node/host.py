@@ -24,6 +24,7 @@ from space.node.network.netns import NetworkManager, SandboxNetwork
 from space.node.records import RecordStore, SandboxRecord
 from space.node.sandbox import Sandbox
 from space.node.snapshotting import BootFiles, Snapshotter
+from space.node.storage.archive import SharedDirArchive, SnapshotArchive
 from space.node.storage.pool import ensure_pool
 from space.node.storage.snapshots import LocalSnapshotStore
 from space.node.templates import GuestArtifacts, Progress, build_guest
@@ -53,7 +54,12 @@ class NodeHost:
         agent_timeout: float,
         progress: Progress | None = None,
         console_log_bytes: int = 4 << 20,
+        shared_snapshots: Path | None = None,
+        node_name: str = "",
     ) -> None:
+        """With `shared_snapshots` (a directory every node mounts), this node, as
+        `node_name`, publishes what it suspends there and can take in what another
+        node published (`space.node.storage.archive`)."""
         self.data_dir = data_dir
         self.cache_dir = cache_dir
         self.run_dir = run_dir
@@ -70,6 +76,9 @@ class NodeHost:
         self._guest: GuestArtifacts | None = None
         self._driver: VmmDriver | None = None
         self._snapshotter: Snapshotter | None = None
+        self._shared_snapshots = shared_snapshots
+        self._node_name = node_name
+        self.archive: SnapshotArchive | None = None
 
     async def open(self) -> None:
         pool = await asyncio.to_thread(ensure_pool, self.data_dir, self._pool_size)
@@ -79,6 +88,10 @@ class NodeHost:
         self._driver = self._make_driver()
         store = LocalSnapshotStore(pool.root / "snapshots")
         self._snapshotter = Snapshotter(self._driver, store, self._importer)
+        if self._shared_snapshots is not None:
+            self.archive = await asyncio.to_thread(
+                SharedDirArchive, self._shared_snapshots, self._node_name, pool.root / "boot"
+            )
         private_dir(self.run_dir)  # QMP and agent sockets, consoles
         shutil.rmtree(self.scratch, ignore_errors=True)
 
@@ -138,6 +151,7 @@ class NodeHost:
         if sandbox is not None:
             await sandbox.close()
         vm = sandbox.vm if sandbox is not None else None
+        record = sandbox.record if sandbox is not None else None
         if vm is None and (records.directory(slot) / "record.json").exists():
             record = SandboxRecord.restore(records.directory(slot))
             vm = await driver.adopt(self.vm_config(record, SandboxNetwork("")))
@@ -150,6 +164,8 @@ class NodeHost:
         failure = await _every_step(slot, steps)
         shutil.rmtree(self.run_dir / slot, ignore_errors=True)
         self.ready_snapshotter().store.remove(slot)
+        if self.archive is not None and record is not None and record.claimed:
+            await asyncio.to_thread(self.archive.discard, record.sandbox_id)  # if it holds it
         if failure is not None:
             raise failure  # the record stays: a retry or the next start finishes the rest
         records.remove(slot)

@@ -33,6 +33,7 @@ from space.node.catalog import TemplateCatalog
 from space.node.fork import Forks
 from space.node.host import ADOPTION_WAIT, NodeHost
 from space.node.metrics import NodeMetrics
+from space.node.moving import Moves
 from space.node.network.egress import Egress
 from space.node.provision import WARM_VCPUS, Provisioning, warm_memory_mib
 from space.node.records import check_sandbox_id
@@ -83,6 +84,7 @@ class LocalNode:
         self._ops = agent_ops
         self._warm = warm_pools
         self._forks = Forks(host, provisioning)
+        self._moves = Moves(host)
         self._warm_task: asyncio.Task[None] | None = None
         self.metrics = metrics
 
@@ -156,6 +158,10 @@ class LocalNode:
             self.metrics.created("warm", started)
             return claimed
         return await self._provisioning.create(spec, image)
+
+    async def adopt_snapshot(self, sandbox_id: str) -> SandboxObservation:
+        """A suspended sandbox another node published, taken in here (`moving.py`)."""
+        return await self._moves.adopt(sandbox_id)
 
     async def fork_sandbox(
         self, source_id: str, sandbox_ids: Sequence[str]
@@ -233,6 +239,7 @@ class LocalNode:
             await asyncio.to_thread(self._host.net.delete, sandbox.record.slot)
             shutil.rmtree(self._host.run_dir / sandbox.record.slot, ignore_errors=True)
             snapshotter.store.prune(sandbox.record.slot)
+        await self._moves.publish(sandbox)
         self.metrics.suspended(started)
 
     async def _recover_from_failed_suspend(self, sandbox: Sandbox, vm: VmHandle) -> None:

@@ -140,6 +140,7 @@ class NodeServer:
             (wire.CREATE, lambda a: self._create(a["spec"])),
             (wire.DESTROY, lambda a: n.destroy_sandbox(a["sandbox_id"])),
             (wire.FORK, lambda a: n.fork_sandbox(a["source_id"], a["sandbox_ids"])),
+            (wire.ADOPT_SNAPSHOT, lambda a: n.adopt_snapshot(a["sandbox_id"])),
             (wire.OBSERVE, lambda a: n.observe()),
             (wire.EXEC, lambda a: n.exec(a["sandbox_id"], a["request"])),
             (wire.PAUSE, lambda a: n.pause_sandbox(a["sandbox_id"])),

@@ -50,8 +50,9 @@ class UnknownTemplate(NodeError):
 
 
 class SnapshotMissing(NodeError):
-    def __init__(self, sandbox_id: str) -> None:
-        super().__init__(f"sandbox {sandbox_id} has no sealed snapshot to restore from")
+    def __init__(self, sandbox_id: str, why: str | None = None) -> None:
+        detail = f": {why}" if why else ""
+        super().__init__(f"sandbox {sandbox_id} has no sealed snapshot to restore from{detail}")
         self.sandbox_id = sandbox_id
 
 

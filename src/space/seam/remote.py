@@ -227,6 +227,9 @@ class RemoteNode:
     async def destroy_sandbox(self, sandbox_id: str) -> None:
         await self.call(wire.DESTROY, sandbox_id=sandbox_id)
 
+    async def adopt_snapshot(self, sandbox_id: str) -> SandboxObservation:
+        return await self.call(wire.ADOPT_SNAPSHOT, sandbox_id=sandbox_id)
+
     async def observe(self) -> list[SandboxObservation]:
         observed = await self.call(wire.OBSERVE)
         self._warm = await self.call(wire.WARM_POOL_STATS)

@@ -224,6 +224,7 @@ DESTROY = Call[None]("destroy_sandbox", (_ID,), None)
 FORK = Call[list[SandboxObservation]](
     "fork_sandbox", (("source_id", str), ("sandbox_ids", list[str])), list[SandboxObservation]
 )
+ADOPT_SNAPSHOT = Call[SandboxObservation]("adopt_snapshot", (_ID,), SandboxObservation)
 OBSERVE = Call[list[SandboxObservation]]("observe", (), list[SandboxObservation])
 EXEC = Call[ExecResult]("exec", (_ID, ("request", ExecRequest)), ExecResult)
 PAUSE = Call[None]("pause_sandbox", (_ID,), None)

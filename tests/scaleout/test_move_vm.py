@@ -1,0 +1,105 @@
+"""A suspended sandbox outlives its node: two real `space node` workers share a
+snapshot store (`SPACE_NODE_SHARED_SNAPSHOTS`, a directory as NFS would be); the node
+holding a suspended sandbox is killed; the sandbox stays `suspended`, restores on the
+other node with its memory (a tmpfs file, a live process) and disk, and the killed
+node, back, keeps no second copy of it."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import ServerFactory, database, space_server  # noqa: F401 (fixtures)
+from tests.e2e.server import space_binary
+from tests.scaleout.many import LOST_AFTER, ManyNodes
+from tests.scaleout.test_many_nodes_vm import client, node_of
+from tests.waiting import wait_until
+
+pytestmark = [pytest.mark.scaleout, pytest.mark.vm, pytest.mark.netns]
+
+
+@pytest.fixture
+def two(space_server: ServerFactory) -> Iterator[ManyNodes]:  # noqa: F811
+    running = ManyNodes([space_server() for _ in range(2)])
+    shared = running.primary.root / "shared-snapshots"
+    running.shared["SPACE_NODE_SHARED_SNAPSHOTS"] = str(shared)
+    try:
+        running.start()
+        yield running
+    finally:
+        forced = running.stop()
+        assert not forced, "\n".join(forced)
+
+
+def run(http: httpx.Client, sandbox: str, cmd: str) -> str:
+    ran = http.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": cmd})
+    assert ran.status_code == 200, ran.text
+    assert ran.json()["exit_code"] == 0, ran.json()
+    out: str = ran.json()["stdout"]
+    return out
+
+
+@pytest.mark.parametrize("database", ["pg"], indirect=True)
+def test_a_suspended_sandbox_of_a_lost_node_restores_on_another(two: ManyNodes) -> None:
+    http = client(two, 0)
+    try:
+        sandbox = http.post("/v1/sandboxes", json={}).json()["id"]
+        value = secrets.token_hex(8)
+        run(http, sandbox, f"echo {value} > /dev/shm/v; echo {value} > /root/on-disk")
+        run(http, sandbox, "sleep 100000 > /dev/null 2>&1 & echo $! > /root/pid")
+        victim = node_of(two, sandbox)
+        suspended = http.post(f"/v1/sandboxes/{sandbox}/suspend")
+        assert suspended.status_code == 200, suspended.text
+        shared = Path(two.shared["SPACE_NODE_SHARED_SNAPSHOTS"])
+        assert (shared / sandbox / "holder").read_text() == victim
+
+        two.nodes[victim].kill("node", signal.SIGKILL)
+
+        wait_until(lambda: node_state(two, victim) == "lost", LOST_AFTER + 60)
+        assert http.get(f"/v1/sandboxes/{sandbox}").json()["state"] == "suspended"
+
+        restored = client(two, 1).post(f"/v1/sandboxes/{sandbox}/restore", timeout=300)
+        assert restored.status_code == 200, restored.text
+        assert restored.json()["state"] == "running"
+        assert node_of(two, sandbox) != victim
+        assert run(http, sandbox, "cat /dev/shm/v") == f"{value}\n"  # its memory came along
+        assert run(http, sandbox, "cat /root/on-disk") == f"{value}\n"
+        assert run(http, sandbox, "kill -0 $(cat /root/pid) && echo alive") == "alive\n"
+
+        two.start_node(victim)  # back: its stale copy is a stray, destroyed there
+        wait_until(lambda: node_alone(two, sandbox), 120)
+        assert run(http, sandbox, "cat /dev/shm/v") == f"{value}\n"
+        assert (shared / sandbox / "holder").read_text() != victim
+
+        assert http.delete(f"/v1/sandboxes/{sandbox}").status_code in (200, 202, 204)
+        wait_until(lambda: http.get(f"/v1/sandboxes/{sandbox}").status_code == 404, 120)
+        wait_until(lambda: not (shared / sandbox).exists(), 60)  # its holder removed it
+    finally:
+        http.close()
+
+
+def node_state(two: ManyNodes, name: str) -> str:
+    """What `space nodes ls` says of node `name`."""
+    primary = two.primary
+    argv = [space_binary(), "nodes", "ls", "--json", "--data-dir", str(primary.data_dir)]
+    listed = subprocess.run(
+        argv, env={**primary.env, **two.shared}, capture_output=True, check=True, timeout=60
+    )
+    states = {node["name"]: node["state"] for node in json.loads(listed.stdout)}
+    return str(states[name])
+
+
+def node_alone(two: ManyNodes, sandbox: str) -> bool:
+    """Whether exactly one running node holds `sandbox` (node_of asserts it)."""
+    try:
+        node_of(two, sandbox)
+    except AssertionError:
+        return False
+    return True
