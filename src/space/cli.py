@@ -454,6 +454,7 @@ async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: 
         config=settings.controller,
         fence=fence.check,
         others_act=True,
+        drains=settings.cluster.drives_nodes,
         after_pass=after_pass(
             CredentialPush(credentials, db, node, timeout),
             AuditCopy(db, credentials.audit_file, node, timeout),

@@ -17,6 +17,7 @@ from space.api.app import create_app
 from space.config import Settings
 from space.control.cluster import Cluster
 from space.control.controller import Controller
+from space.control.drain import Drain
 from space.control.placement import NoNodeAvailable, choose
 from space.credentials.audit import AuditEvent
 from space.seam.errors import SnapshotMissing
@@ -138,11 +139,15 @@ def database(world: World) -> Database:
     return db
 
 
-async def reconcile(world: World) -> None:
+def controller_of(world: World) -> Controller:
     assert world.app is not None
     controller = world.app.state.space.lifecycle
     assert isinstance(controller, Controller)
-    await controller.reconcile_once()
+    return controller
+
+
+async def reconcile(world: World) -> None:
+    await controller_of(world).reconcile_once()
 
 
 async def test_creates_spread_and_every_call_reaches_the_sandboxs_node(
@@ -273,6 +278,44 @@ async def test_a_move_cut_short_after_its_placement_finishes_on_restore(
     assert restored.status_code == 200, restored.text
     assert nodes.nodes[other].adopted == [sandbox_id]
     assert nodes.nodes[other].vms[sandbox_id].state == "running"
+
+
+async def test_a_draining_nodes_sandboxes_move_off_it(
+    world: tuple[World, Cluster, httpx.AsyncClient],
+) -> None:
+    nodes, cluster, http = world
+    made = [(await http.post("/v1/sandboxes", json={})).json()["id"] for _ in range(9)]
+    on_b = [sid for sid in made if holder(nodes, sid) == "node-b"]
+    assert len(on_b) == 3
+    assert (await http.post(f"/v1/sandboxes/{on_b[0]}/suspend")).status_code == 200
+    with database(nodes).session() as session:
+        NodeRepo(session).set_state("node-b", NodeState.DRAINING)
+    await cluster.refresh(force=True)
+    drain = Drain(database(nodes), cluster, controller_of(nodes).power, lambda: None)
+    real_suspend = nodes.nodes["node-b"].suspend_sandbox
+    suspends: list[str] = []
+
+    async def suspend_unshared(sandbox_id: str) -> None:  # its publish is lost
+        suspends.append(sandbox_id)
+        await real_suspend(sandbox_id)
+        if sandbox_id == on_b[2]:
+            del nodes.shared[sandbox_id]
+
+    nodes.nodes["node-b"].suspend_sandbox = suspend_unshared  # type: ignore[method-assign]
+    for _ in range(3):  # two a pass
+        await drain.once()
+        await reconcile(nodes)  # the stray copies left on node-b go
+    states = await sandbox_states(http, on_b)
+    assert states == {on_b[0]: "suspended", on_b[1]: "running", on_b[2]: "running"}
+    assert on_b[0] not in nodes.nodes["node-b"].vms and on_b[1] not in nodes.nodes["node-b"].vms
+    assert nodes.nodes["node-b"].vms[on_b[2]].state == "running"  # it could not move: it runs on
+    for sid in on_b[:2]:
+        with database(nodes).session() as session:
+            assert PlacementRepo(session).node_of(sid) != "node-b"
+    ran = await http.post(f"/v1/sandboxes/{on_b[1]}/exec", json={"cmd": "echo moved"})
+    assert ran.json()["stdout"] == "moved\n"
+    await drain.once()  # the one that failed waits before it is tried again
+    assert suspends == [on_b[1], on_b[2]]
 
 
 async def sandbox_states(http: httpx.AsyncClient, ids: list[str]) -> dict[str, str]:

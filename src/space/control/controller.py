@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from space import faults
 from space.config import ControllerConfig, TimeoutConfig
+from space.control.drain import Drain
 from space.control.errors import NodeFailed
 from space.control.expiry import Activity, Expiry
 from space.control.leader import NotLeader
@@ -55,13 +56,16 @@ class Controller:
         fence: Callable[[], None] | None = None,
         after_pass: AfterPass | None = None,
         others_act: bool = False,
+        drains: bool = False,
     ) -> None:
         """`fence` raises `NotLeader` once this process may no longer act (a deposed
         leader, `space.control.leader`); it is checked before every create, destroy
         and state write. `after_pass` gets what the node observed at the end of
         every reconcile pass (the credential views' backstop). `others_act`: API processes
         beside this one run power operations themselves (`space controller`); the
-        reconciler leaves one alone until it has outlasted its own timeout (`plan`)."""
+        reconciler leaves one alone until it has outlasted its own timeout (`plan`).
+        `drains`: move the sandboxes of draining nodes off them (`drain.py`; a node
+        that is a cluster of many)."""
         self._db = db
         self._fence = fence or _unfenced
         self._after_pass = after_pass
@@ -72,6 +76,7 @@ class Controller:
         self._in_flight: dict[str, asyncio.Task[object]] = {}  # create, delete, destroy
         self._powering: dict[str, asyncio.Task[object]] = {}  # pause, resume, ...
         self._tasks = TaskSet()
+        self.drain = Drain(db, node, self.power, self._fence) if drains else None
         self.expiry = Expiry(
             db=db,
             node=node,
@@ -150,6 +155,14 @@ class Controller:
         )
         self._tasks.spawn(reconciler, "space-reconciler")
         self._tasks.spawn(expiry, "space-expiry")
+        if self.drain is not None:
+            drain = run_periodically(
+                "drain",
+                _through_outages(self.drain.once),
+                interval=self._config.reconcile_interval,
+                backoff=self._config.restart_backoff,
+            )
+            self._tasks.spawn(drain, "space-drain")
 
     async def aclose(self) -> None:
         await self._tasks.cancel_all()

@@ -1,0 +1,95 @@
+"""Draining: the sandboxes of a draining node move off it, a few each pass.
+
+`space nodes drain N` marks node N `draining`: placement gives it no new sandbox,
+and the leading controller's drain pass (`Drain.once`, every reconcile interval)
+moves up to `batch` of its sandboxes. A running or paused sandbox is suspended
+(its snapshot goes to the shared snapshot store), moved (`adopt_snapshot` on the
+cluster: another node takes it in) and, if it was running, restored there; a
+suspended one is only moved. A paused one arrives suspended.
+
+A move that fails (no other node can take it, no shared store) leaves the sandbox on
+the draining node, running again if it was, and that sandbox is not tried again for
+`retry_after` seconds. A crash mid-move leaves it suspended, on the node its row
+names; a restore brings it back, there or wherever it moved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from space.control.power import PowerOp
+from space.seam.protocol import NodeClient
+from space.store.db import Database
+from space.store.models import Sandbox
+from space.store.nodes import NodeRepo, NodeState
+from space.store.placements import PlacementRepo
+from space.store.sandboxes import SandboxRepo
+from space.store.states import SandboxState
+
+log = logging.getLogger(__name__)
+S = SandboxState
+MOVABLE = frozenset({S.RUNNING.value, S.PAUSED.value, S.SUSPENDED.value})
+Power = Callable[[Sandbox, PowerOp], Awaitable[Sandbox]]
+
+
+class Drain:
+    def __init__(
+        self,
+        db: Database,
+        node: NodeClient,
+        power: Power,
+        fence: Callable[[], None],
+        *,
+        batch: int = 2,
+        retry_after: float = 600.0,
+    ) -> None:
+        self._db = db
+        self._node = node
+        self._power = power
+        self._fence = fence
+        self._batch = batch
+        self._retry_after = retry_after
+        self._failed: dict[str, float] = {}  # sandbox id -> when its move failed
+
+    async def once(self) -> None:
+        """Move up to `batch` sandboxes off draining nodes, one after the other."""
+        now = time.monotonic()
+        self._failed = {k: t for k, t in self._failed.items() if now - t < self._retry_after}
+        waiting = await asyncio.to_thread(self._on_draining_nodes)
+        for sandbox_id in [s for s in waiting if s not in self._failed][: self._batch]:
+            self._fence()
+            try:
+                await self._move(sandbox_id)
+            except Exception as exc:  # one sandbox that cannot move never stops the rest
+                log.warning("drain: sandbox %s stays: %s", sandbox_id, exc)
+                self._failed[sandbox_id] = time.monotonic()
+
+    async def _move(self, sandbox_id: str) -> None:
+        row = self._row(sandbox_id)
+        running = row.state == S.RUNNING.value
+        if row.state != S.SUSPENDED.value:
+            row = await self._power(row, "suspend")
+        try:
+            await self._node.adopt_snapshot(sandbox_id)
+        finally:  # moved or not, a sandbox that ran runs again
+            if running:
+                await self._power(self._row(sandbox_id), "restore")
+        log.info("drain: sandbox %s moved", sandbox_id)
+
+    def _row(self, sandbox_id: str) -> Sandbox:
+        with self._db.session() as session:
+            return SandboxRepo(session).get(sandbox_id)
+
+    def _on_draining_nodes(self) -> list[str]:
+        with self._db.session() as session:
+            placements = PlacementRepo(session)
+            draining = [n.name for n in NodeRepo(session).all() if n.state is NodeState.DRAINING]
+            return [
+                sandbox_id
+                for name in draining
+                for sandbox_id, state in placements.placed_on(name)
+                if state in MOVABLE
+            ]
