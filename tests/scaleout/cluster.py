@@ -1,6 +1,10 @@
 """`space node`, `space api` and `space controller` as three processes on one host,
 over the throw-away resources of a `tests.e2e.server.SpaceServer` (data dir, run dir,
-namespace prefix, ports, database): the server's sweep then finds what they leave."""
+namespace prefix, ports, database): the server's sweep then finds what they leave.
+
+The node listens on the host's loopback, or, given a `HostNamespace` (created by the
+caller), runs inside that network namespace listening on every address and registers
+itself at the namespace side of its veth pair, where the control plane reaches it."""
 
 from __future__ import annotations
 
@@ -9,23 +13,31 @@ import secrets
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 
 from tests.e2e.server import HEALTH_TIMEOUT, STOP_TIMEOUT, SpaceServer, free_port, space_binary
+from tests.scaleout.hostns import HostNamespace
 from tests.throwaway import built_images
 
 
 class Cluster:
-    def __init__(self, server: SpaceServer) -> None:
+    def __init__(self, server: SpaceServer, host: HostNamespace | None = None) -> None:
         self.server = server
+        self.host = host
         self.token_file = server.root / "node.token"
         self.token_file.write_text(secrets.token_hex(32))
         self.token_file.chmod(0o600)
         self.node_port = free_port()
-        self.node_url = f"http://127.0.0.1:{self.node_port}"
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    @property
+    def node_url(self) -> str:
+        """Where the node answers (in a namespace: once that is created)."""
+        address = "127.0.0.1" if self.host is None else self.host.node_address
+        return f"http://{address}:{self.node_port}"
 
     def log(self, name: str) -> Path:
         return self.server.root / f"space-{name}.log"
@@ -42,10 +54,17 @@ class Cluster:
         )
 
     def start_node(self, **env: str) -> None:
+        args = ["--port", str(self.node_port)]
+        within: list[str] = []
+        if self.host is not None:  # nsenter execs the node: the pid is the node's
+            args += ["--host", "0.0.0.0"]
+            within = ["nsenter", f"--net={self.host.path}"]
+            env = {"SPACE_CLUSTER_NODE_ADDRESS": self.node_url, **env}
         self.spawn_as(
             "node",
             "node",
-            ["--port", str(self.node_port)],
+            args,
+            within=within,
             **{
                 "SPACE_NODE_TOKEN_FILE": str(self.token_file),
                 "SPACE_NODE_WARM_POOL": "{}",
@@ -56,9 +75,12 @@ class Cluster:
         )
         self.healthy("node", f"{self.node_url}/healthz")
 
-    def spawn_as(self, name: str, command: str, args: list[str], **env: str) -> None:
-        """`space <command> args` on this server's data dir, known here as `name`."""
-        argv = [space_binary(), command, "--data-dir", str(self.server.data_dir), *args]
+    def spawn_as(
+        self, name: str, command: str, args: list[str], within: Sequence[str] = (), **env: str
+    ) -> None:
+        """`space <command> args` on this server's data dir (run by the command `within`
+        names, if any), known here as `name`."""
+        argv = [*within, space_binary(), command, "--data-dir", str(self.server.data_dir), *args]
         with self.log(name).open("ab") as log:
             self._procs[name] = subprocess.Popen(
                 argv,

@@ -1,4 +1,5 @@
-"""Three real `space node` workers (LocalNode, TCG), two `space api` replicas and a
+"""Three real `space node` workers (LocalNode, TCG), each in a network namespace of its
+own acting as a host and reached over a veth pair, two `space api` replicas and a
 `space controller` over one PostgreSQL database (`SPACE_CLUSTER_NODE_TOKENS_DIR`):
 sandboxes created through either replica spread over the nodes; exec, files and SSE
 work through either replica; a node's token opens no other node; a killed node's
