@@ -1,9 +1,9 @@
 """`space nodes ls|cordon|uncordon|drain`: the node registry, read and steered through
 the database (`SPACE_DATABASE_URL`, or the data dir's SQLite).
 
-`cordon` marks a node closed to new sandboxes, `drain` marks it draining (its
-sandboxes to move off: the placement controller's part, which acts on the state),
-`uncordon` returns it to `ready`. A node goes `lost` by itself
+`cordon` marks a node closed to new sandboxes, `drain` marks it draining (closed, and
+the leading `space controller` moves its sandboxes off through the shared snapshot
+store: `space.control.drain`), `uncordon` returns it to `ready`. A node goes `lost` by itself
 when its heartbeat stops, and back to `ready` when it is heard again.
 """
 

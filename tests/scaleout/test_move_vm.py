@@ -2,7 +2,8 @@
 snapshot store (`SPACE_NODE_SHARED_SNAPSHOTS`, a directory as NFS would be); the node
 holding a suspended sandbox is killed; the sandbox stays `suspended`, restores on the
 other node with its memory (a tmpfs file, a live process) and disk, and the killed
-node, back, keeps no second copy of it."""
+node, back, keeps no second copy of it; draining the node it runs on then moves it
+back, running, its memory whole."""
 
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def test_a_suspended_sandbox_of_a_lost_node_restores_on_another(two: ManyNodes) 
         wait_until(lambda: node_state(two, victim) == "lost", LOST_AFTER + 60)
         assert http.get(f"/v1/sandboxes/{sandbox}").json()["state"] == "suspended"
 
-        restored = client(two, 1).post(f"/v1/sandboxes/{sandbox}/restore", timeout=300)
+        with client(two, 1) as replica:  # the move goes through either replica
+            restored = replica.post(f"/v1/sandboxes/{sandbox}/restore", timeout=300)
         assert restored.status_code == 200, restored.text
         assert restored.json()["state"] == "running"
         assert node_of(two, sandbox) != victim
@@ -74,9 +76,16 @@ def test_a_suspended_sandbox_of_a_lost_node_restores_on_another(two: ManyNodes) 
         assert run(http, sandbox, "kill -0 $(cat /root/pid) && echo alive") == "alive\n"
 
         two.start_node(victim)  # back: its stale copy is a stray, destroyed there
-        wait_until(lambda: node_alone(two, sandbox), 120)
+        wait_until(lambda: held_by(two, sandbox) is not None, 120)
         assert run(http, sandbox, "cat /dev/shm/v") == f"{value}\n"
         assert (shared / sandbox / "holder").read_text() != victim
+
+        wait_until(lambda: node_state(two, victim) == "ready", LOST_AFTER + 60)
+        nodes(two, "drain", node_of(two, sandbox))  # it moves back to the victim, running
+        wait_until(lambda: held_by(two, sandbox) == victim, 300)
+        wait_until(lambda: http.get(f"/v1/sandboxes/{sandbox}").json()["state"] == "running", 120)
+        assert run(http, sandbox, "cat /dev/shm/v") == f"{value}\n"
+        assert run(http, sandbox, "kill -0 $(cat /root/pid) && echo alive") == "alive\n"
 
         assert http.delete(f"/v1/sandboxes/{sandbox}").status_code in (200, 202, 204)
         wait_until(lambda: http.get(f"/v1/sandboxes/{sandbox}").status_code == 404, 120)
@@ -85,21 +94,24 @@ def test_a_suspended_sandbox_of_a_lost_node_restores_on_another(two: ManyNodes) 
         http.close()
 
 
+def nodes(two: ManyNodes, *args: str) -> list[dict[str, str]]:
+    """`space nodes ARGS --json` over the cluster's database."""
+    primary = two.primary
+    argv = [space_binary(), "nodes", *args, "--json", "--data-dir", str(primary.data_dir)]
+    env = {**primary.env, **two.shared}
+    ran = subprocess.run(argv, env=env, capture_output=True, check=True, timeout=60)
+    listed: list[dict[str, str]] = json.loads(ran.stdout)
+    return listed
+
+
 def node_state(two: ManyNodes, name: str) -> str:
     """What `space nodes ls` says of node `name`."""
-    primary = two.primary
-    argv = [space_binary(), "nodes", "ls", "--json", "--data-dir", str(primary.data_dir)]
-    listed = subprocess.run(
-        argv, env={**primary.env, **two.shared}, capture_output=True, check=True, timeout=60
-    )
-    states = {node["name"]: node["state"] for node in json.loads(listed.stdout)}
-    return str(states[name])
+    return {node["name"]: node["state"] for node in nodes(two, "ls")}[name]
 
 
-def node_alone(two: ManyNodes, sandbox: str) -> bool:
-    """Whether exactly one running node holds `sandbox` (node_of asserts it)."""
+def held_by(two: ManyNodes, sandbox: str) -> str | None:
+    """The one running node holding `sandbox`, None while none or two do."""
     try:
-        node_of(two, sandbox)
+        return node_of(two, sandbox)
     except AssertionError:
-        return False
-    return True
+        return None
