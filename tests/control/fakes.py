@@ -37,6 +37,7 @@ from space.seam.values import (
     ProcessInfo,
     SandboxObservation,
     SandboxSpec,
+    VolumeMount,
     WarmPoolStats,
     WatchEvent,
     WatchEventType,
@@ -146,6 +147,22 @@ class FakeNode:
     started: list[tuple[str, ExecRequest]] = field(default_factory=list)  # every request
     fail_fork: str | None = None
     forks: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)  # (source, ids)
+    volumes: dict[str, int] = field(default_factory=dict)  # volume id -> size_mb
+    mounts: dict[str, tuple[VolumeMount, ...]] = field(default_factory=dict)  # by sandbox
+
+    async def create_volume(self, volume_id: str, size_mb: int) -> None:
+        self.volumes.setdefault(volume_id, size_mb)
+
+    async def delete_volume(self, volume_id: str) -> None:
+        for sandbox_id, mounts in self.mounts.items():
+            if sandbox_id in self.vms and any(m.volume_id == volume_id for m in mounts):
+                raise SandboxUnavailable(sandbox_id, "running", f"it mounts volume {volume_id}")
+        self.volumes.pop(volume_id, None)
+
+    async def clone_volume(self, source_id: str, volume_id: str) -> None:
+        if source_id not in self.volumes:
+            raise FileNotFoundError(2, "no such volume", source_id)
+        self.volumes[volume_id] = self.volumes[source_id]
 
     async def open_port(
         self, sandbox_id: str, port: int
@@ -185,8 +202,12 @@ class FakeNode:
         await asyncio.sleep(self.create_delay)
         if self.fail_create is not None:
             raise RuntimeError(self.fail_create)
+        missing = [m.volume_id for m in spec.volumes if m.volume_id not in self.volumes]
+        if missing:
+            raise FileNotFoundError(2, "no such volume on this node", missing[0])
         self.created.append(spec.sandbox_id)
         self.envs[spec.sandbox_id] = dict(spec.env)
+        self.mounts[spec.sandbox_id] = spec.volumes
         obs = SandboxObservation(spec.sandbox_id, "running", spec.template)
         self.vms[spec.sandbox_id] = obs
         return obs

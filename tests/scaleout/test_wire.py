@@ -18,6 +18,8 @@ pytestmark = pytest.mark.scaleout
 SAMPLES = [
     values.SandboxSpec("s1", "base", 512, 2, {"A": "b"}, {"mode": "allowlist", "rules": []}),
     values.SandboxSpec("s1"),
+    values.SandboxSpec("s1", volumes=(values.VolumeMount("vol1", "/data", True),)),
+    values.VolumeMount("vol1", "/data"),
     values.CredentialGrant("org", {"version": 2, "entries": [{"id": "c"}]}, {"c:2": "v"}),
     values.AuditBatch("gateway-x", 4, ({"seq": 4, "hash": "ab"},)),
     values.SandboxObservation("s1", "error", "base", "boot failed", 3),

@@ -41,6 +41,8 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, M
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sqlalchemy.orm import Session
+
 from space.control.placement import NoNodeAvailable, choose
 from space.seam.errors import SandboxNotFound, SandboxUnavailable
 from space.seam.protocol import CommandHandle, NodeClient, WatchStream
@@ -61,6 +63,7 @@ from space.store.models import Sandbox
 from space.store.nodes import NodeInfo, NodeRepo, NodeState
 from space.store.placements import PlacementRepo
 from space.store.states import SandboxState
+from space.store.volumes import VolumeRepo
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +169,8 @@ class Cluster:
     def _place(self, spec: SandboxSpec) -> str:
         """The node `spec` is created on: its recorded one, unless that node is lost
         or gone; otherwise a new choice over the registry as it is now (a node lost
-        since the last refresh is not chosen), recorded before any node is asked."""
+        since the last refresh is not chosen; the node of its volumes if it mounts
+        any), recorded before any node is asked."""
         with self._db.session() as session:
             placements = PlacementRepo(session)
             nodes = [n for n in NodeRepo(session).all() if n.name in self._members]
@@ -174,13 +178,62 @@ class Cluster:
             if any(n.name == placed and n.state is not NodeState.LOST for n in nodes):
                 assert placed is not None
                 return placed
-            chosen = choose(nodes, spec.template, placements.load()).name
+            if spec.volumes:
+                chosen = _volumes_node(session, spec, nodes)
+            else:
+                chosen = choose(nodes, spec.template, placements.load()).name
             placements.place(spec.sandbox_id, chosen)
         log.info("sandbox %s placed on node %s", spec.sandbox_id, chosen)
         return chosen
 
     def _on(self, sandbox_id: str) -> NodeClient:
         return self._member_of(sandbox_id).client
+
+    # -- volumes -------------------------------------------------------------------
+
+    async def create_volume(self, volume_id: str, size_mb: int) -> None:
+        """Make it on its recorded node, else on the least loaded ready one (recorded
+        first)."""
+        await self.refresh()
+        name = await asyncio.to_thread(self._place_volume, volume_id)
+        await self._members[name].client.create_volume(volume_id, size_mb)
+
+    def _place_volume(self, volume_id: str) -> str:
+        with self._db.session() as session:
+            volumes = VolumeRepo(session)
+            placed = volumes.node_of(volume_id)
+            if placed is not None and placed in self._members:
+                return placed
+            nodes = [n for n in NodeRepo(session).all() if n.name in self._members]
+            chosen = choose(nodes, "base", PlacementRepo(session).load()).name
+            volumes.place(volume_id, chosen)
+            return chosen
+
+    async def delete_volume(self, volume_id: str) -> None:
+        member = await asyncio.to_thread(self._volume_member, volume_id)
+        if member is not None:
+            await member.client.delete_volume(volume_id)
+
+    async def clone_volume(self, source_id: str, volume_id: str) -> None:
+        """A clone lives on its source's node, recorded there before it is made."""
+        member = await asyncio.to_thread(self._volume_member, source_id)
+        if member is None:
+            raise FileNotFoundError(2, "the volume's node is not in the cluster", source_id)
+        with self._db.session() as session:
+            VolumeRepo(session).place(volume_id, member.info.name)
+        await member.client.clone_volume(source_id, volume_id)
+
+    def _volume_member(self, volume_id: str) -> Member | None:
+        """The member holding `volume_id`, None if it was never placed (SandboxUnavailable
+        while its node is lost)."""
+        with self._db.session() as session:
+            name = VolumeRepo(session).node_of(volume_id)
+        if name is None:
+            return None
+        member = self._members.get(name)
+        if member is None or member.info.state is NodeState.LOST:
+            raise SandboxUnavailable(volume_id, "unreachable", f"its node {name} is lost")
+        return member
 
     async def adopt_snapshot(self, sandbox_id: str) -> SandboxObservation:
         """Move the suspended `sandbox_id` to another node (NoNodeAvailable if none
@@ -430,3 +483,17 @@ class Cluster:
 
     async def attach(self, sandbox_id: str, pid: int) -> CommandHandle:
         return await self._on(sandbox_id).attach(sandbox_id, pid)
+
+
+def _volumes_node(session: Session, spec: SandboxSpec, nodes: Sequence[NodeInfo]) -> str:
+    """The node every volume of `spec` lives on (NoNodeAvailable if they are apart or
+    their node cannot take a sandbox now)."""
+    volumes = VolumeRepo(session)
+    homes = {volumes.node_of(mount.volume_id) for mount in spec.volumes}
+    if len(homes) != 1 or None in homes:
+        raise NoNodeAvailable(spec.template, "its volumes are not all on one node")
+    (home,) = homes
+    ready = [n for n in nodes if n.name == home and n.state is NodeState.READY]
+    if not ready:
+        raise NoNodeAvailable(spec.template, f"its volumes' node {home} is not ready")
+    return ready[0].name

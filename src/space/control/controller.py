@@ -30,7 +30,7 @@ from space.control.plan import Action, RowSnapshot, Verb, plan
 from space.control.power import PowerOp, apply_power, settle
 from space.control.tasks import run_periodically
 from space.seam.protocol import NodeClient
-from space.seam.values import SandboxObservation, SandboxSpec
+from space.seam.values import SandboxObservation, SandboxSpec, VolumeMount
 from space.store.db import Database
 from space.store.errors import DatabaseUnavailable, NotFound, StaleGeneration
 from space.store.models import Sandbox, utcnow
@@ -377,6 +377,7 @@ def _spec(row: Sandbox) -> SandboxSpec | str:
             template=row.template,
             env=dict(row.env),
             network=dict(row.network) if row.network is not None else None,
+            volumes=tuple(VolumeMount(**mount) for mount in row.volumes or ()),
         )
     except (ValueError, TypeError) as exc:
         return f"create failed: the sandbox row is unusable: {exc}"

@@ -45,6 +45,10 @@ class Forks:
         keeps running. ValueError for ids out of bounds, already held or repeated."""
         self._check(sandbox_ids)
         source = await self._host.live(source_id)
+        if source.record.volumes:  # its copies would write the same volume
+            raise SandboxUnavailable(
+                source_id, source.state, "a sandbox with volumes does not fork"
+            )
         snapshot = await self._snapshot(source)
         snapshotter = self._host.ready_snapshotter()
         try:

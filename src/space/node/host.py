@@ -21,14 +21,14 @@ from space.node.agent import AgentClient
 from space.node.images import TemplateImporter
 from space.node.network.egress import Egress
 from space.node.network.netns import NetworkManager, SandboxNetwork
-from space.node.records import RecordStore, SandboxRecord
+from space.node.records import RecordStore, SandboxRecord, check_sandbox_id
 from space.node.sandbox import Sandbox
 from space.node.snapshotting import BootFiles, Snapshotter
 from space.node.storage.archive import SharedDirArchive, SnapshotArchive
 from space.node.storage.pool import ensure_pool
 from space.node.storage.snapshots import LocalSnapshotStore
 from space.node.templates import GuestArtifacts, Progress, build_guest
-from space.node.vmm.base import NetworkAttachment, VmConfig, VmHandle, VmmDriver
+from space.node.vmm.base import NetworkAttachment, VmConfig, VmHandle, VmmDriver, VolumeDisk
 from space.private import private_dir
 from space.seam.errors import SandboxNotFound, SandboxUnavailable
 
@@ -38,6 +38,11 @@ DriverMaker = Callable[[], VmmDriver]
 
 
 ADOPTION_WAIT = 60.0  # a request to an adopted sandbox waits this long for its agent
+
+
+def volume_serial(index: int) -> str:
+    """The virtio serial the guest finds a sandbox's `index`th volume by."""
+    return f"space-vol{index}"
 
 
 class NodeHost:
@@ -142,7 +147,17 @@ class NodeHost:
             vcpus=record.vcpus,
             network=NetworkAttachment(network.netns, network.tap, network.guest_mac),
             console_log_bytes=self._console_log_bytes,
+            volumes=tuple(
+                VolumeDisk(self.volume_image(m.volume_id), volume_serial(i), m.read_only)
+                for i, m in enumerate(record.volumes)
+            ),
         )
+
+    def volume_image(self, volume_id: str) -> Path:
+        """Where volume `volume_id`'s image lies (ValueError for an id that cannot
+        name a file)."""
+        check_sandbox_id(volume_id)
+        return self.data_dir / "pool" / "volumes" / f"{volume_id}.ext4"
 
     async def teardown(self, slot: str, sandbox: Sandbox | None) -> None:
         """Remove every host resource of a sandbox; safe to repeat after a crash."""

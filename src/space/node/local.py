@@ -40,6 +40,7 @@ from space.node.records import check_sandbox_id
 from space.node.recovery import Recovery
 from space.node.sandbox import Sandbox
 from space.node.vmm.base import VmHandle, VmmError
+from space.node.volumes import Volumes
 from space.node.warm import WarmPools
 from space.seam.errors import SandboxUnavailable, SnapshotMissing
 from space.seam.protocol import CommandHandle
@@ -85,6 +86,7 @@ class LocalNode:
         self._warm = warm_pools
         self._forks = Forks(host, provisioning)
         self._moves = Moves(host)
+        self._volumes = Volumes(host)
         self._warm_task: asyncio.Task[None] | None = None
         self.metrics = metrics
 
@@ -114,6 +116,7 @@ class LocalNode:
         await self._templates.image(DEFAULT_TEMPLATE)  # and the guest artifacts, built publicly
         await self._host.open()
         await self._recovery.sweep()
+        await asyncio.to_thread(self._volumes.sweep)
         self._warm_task = spawn(self._warm.refill_forever(), name="warm-pool-refill")
 
     async def aclose(self) -> None:
@@ -150,14 +153,25 @@ class LocalNode:
         if spec.sandbox_id in self._host.sandboxes:
             return self._host.sandboxes[spec.sandbox_id].observation()
         started = time.perf_counter()
+        self._volumes.admit(spec.sandbox_id, spec.volumes)
         image = await self._templates.image(spec.template)
         spec = _sized(spec)
-        warm = self._warm.claim(spec.template) if _pool_sized(spec) else None
+        pooled = _pool_sized(spec) and not spec.volumes  # a warm VM has no volume disks
+        warm = self._warm.claim(spec.template) if pooled else None
         if warm is not None:
             claimed = await self._provisioning.claim(warm, spec)
             self.metrics.created("warm", started)
             return claimed
         return await self._provisioning.create(spec, image)
+
+    async def create_volume(self, volume_id: str, size_mb: int) -> None:
+        await self._volumes.create(volume_id, size_mb)
+
+    async def delete_volume(self, volume_id: str) -> None:
+        await self._volumes.delete(volume_id)
+
+    async def clone_volume(self, source_id: str, volume_id: str) -> None:
+        await self._volumes.clone(source_id, volume_id)
 
     async def adopt_snapshot(self, sandbox_id: str) -> SandboxObservation:
         """A suspended sandbox another node published, taken in here (`moving.py`)."""

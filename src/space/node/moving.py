@@ -38,6 +38,9 @@ class Moves:
         snapshot = self._host.ready_snapshotter().store.latest(sandbox.record.slot)
         if archive is None or snapshot is None:
             return
+        if sandbox.record.volumes:
+            sandbox.reason = "suspended on this node only: its volumes live here"
+            return
         record = dataclasses.asdict(sandbox.record)
         try:
             await asyncio.to_thread(archive.publish, sandbox.sandbox_id, snapshot, record)

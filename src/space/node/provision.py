@@ -31,6 +31,7 @@ from space.node.sandbox import Sandbox
 from space.node.startup import start_template
 from space.node.templates import ALIASES, TEMPLATES, TemplateImage
 from space.node.templates.imports import IMPORTED_MEMORY_MIB
+from space.node.volumes import mount_volumes
 from space.seam.errors import BootFailed
 from space.seam.values import SandboxObservation, SandboxSpec
 from space.tasks import TaskSet
@@ -73,13 +74,16 @@ class Provisioning:
         host, started = self._host, time.perf_counter()
         sandbox = self._admit(_record(spec, image.digest))
         records, importer = host.ready()
+        # Volumes are disks the base snapshot's VM did not have: such a sandbox boots.
+        bases = self._use_bases and not spec.volumes
         try:
-            base = await self._base_snapshot(image, sandbox.record) if self._use_bases else None
+            base = await self._base_snapshot(image, sandbox.record) if bases else None
             network = await self._attach(sandbox)
             if base is None:
                 template_disk = await importer.pooled(image.rootfs, image.digest)
                 await importer.clone_disk(template_disk, records.disk(sandbox.record.slot))
                 await self._boot(sandbox, network)
+                await mount_volumes(sandbox)
             else:
                 await self.restore(sandbox, network, base, trust=True)
         except BaseException as exc:
@@ -259,6 +263,7 @@ def _record(spec: SandboxSpec, digest: str) -> SandboxRecord:
         spec.vcpus,
         spec.env,
         network=spec.network,
+        volumes=spec.volumes,
     )
 
 

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from space.seam.values import VolumeMount
+
 RECORD_VERSION = 1
 RECORD_FILE = "record.json"
 SANDBOX_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
@@ -45,6 +47,7 @@ class SandboxRecord:
     slot: str = ""  # names the host resources; a warm VM gets its sandbox id only when claimed
     network: dict[str, Any] | None = None  # the egress policy, re-applied after a node restart
     forking: bool = False  # a fork not yet whole: the startup sweep tears it down
+    volumes: tuple[VolumeMount, ...] = ()  # extra disks, in the order the VM has them
 
     def __post_init__(self) -> None:
         if not self.slot:
@@ -74,6 +77,7 @@ class SandboxRecord:
         version = data.pop("version", None)
         if version != RECORD_VERSION:
             raise ValueError(f"{directory}: unsupported record version {version!r}")
+        data["volumes"] = tuple(VolumeMount(**mount) for mount in data.get("volumes", ()))
         return cls(**data)
 
     def marked_deleting(self) -> SandboxRecord:

@@ -72,6 +72,20 @@ class NodeClient(Protocol):
 
     async def destroy_sandbox(self, sandbox_id: str) -> None: ...
 
+    async def create_volume(self, volume_id: str, size_mb: int) -> None:
+        """An empty ext4 volume of `size_mb` MiB on this node (done if it exists)."""
+        ...
+
+    async def delete_volume(self, volume_id: str) -> None:
+        """Remove a volume no live sandbox mounts (SandboxUnavailable naming the
+        sandbox that does; done if there is none)."""
+        ...
+
+    async def clone_volume(self, source_id: str, volume_id: str) -> None:
+        """`volume_id`, a copy of `source_id` as it is now (FileNotFoundError without
+        the source)."""
+        ...
+
     async def adopt_snapshot(self, sandbox_id: str) -> SandboxObservation:
         """Take in `sandbox_id`, suspended, from the shared snapshot store (where the
         node it leaves published it); a sandbox this node holds already is left as it

@@ -227,6 +227,15 @@ class RemoteNode:
     async def destroy_sandbox(self, sandbox_id: str) -> None:
         await self.call(wire.DESTROY, sandbox_id=sandbox_id)
 
+    async def create_volume(self, volume_id: str, size_mb: int) -> None:
+        await self.call(wire.CREATE_VOLUME, volume_id=volume_id, size_mb=size_mb)
+
+    async def delete_volume(self, volume_id: str) -> None:
+        await self.call(wire.DELETE_VOLUME, volume_id=volume_id)
+
+    async def clone_volume(self, source_id: str, volume_id: str) -> None:
+        await self.call(wire.CLONE_VOLUME, source_id=source_id, volume_id=volume_id)
+
     async def adopt_snapshot(self, sandbox_id: str) -> SandboxObservation:
         return await self.call(wire.ADOPT_SNAPSHOT, sandbox_id=sandbox_id)
 

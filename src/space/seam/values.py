@@ -17,6 +17,16 @@ WatchEventType = Literal["create", "write", "remove", "rename", "chmod", "overfl
 
 
 @dataclass(frozen=True)
+class VolumeMount:
+    """A volume (made on the same node by `create_volume`) mounted at `path` in the
+    guest; `read_only`: attached and mounted read-only."""
+
+    volume_id: str
+    path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
 class SandboxSpec:
     """What the control plane asks a node to run."""
 
@@ -26,6 +36,7 @@ class SandboxSpec:
     vcpus: int = 1
     env: dict[str, str] = field(default_factory=dict)
     network: dict[str, Any] | None = None  # egress policy (space.gateway.policy); None: mode none
+    volumes: tuple[VolumeMount, ...] = ()
 
 
 @dataclass(frozen=True)

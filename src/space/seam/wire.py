@@ -225,6 +225,10 @@ FORK = Call[list[SandboxObservation]](
     "fork_sandbox", (("source_id", str), ("sandbox_ids", list[str])), list[SandboxObservation]
 )
 ADOPT_SNAPSHOT = Call[SandboxObservation]("adopt_snapshot", (_ID,), SandboxObservation)
+_VOLUME = ("volume_id", str)
+CREATE_VOLUME = Call[None]("create_volume", (_VOLUME, ("size_mb", int)), None)
+DELETE_VOLUME = Call[None]("delete_volume", (_VOLUME,), None)
+CLONE_VOLUME = Call[None]("clone_volume", (("source_id", str), _VOLUME), None)
 OBSERVE = Call[list[SandboxObservation]]("observe", (), list[SandboxObservation])
 EXEC = Call[ExecResult]("exec", (_ID, ("request", ExecRequest)), ExecResult)
 PAUSE = Call[None]("pause_sandbox", (_ID,), None)

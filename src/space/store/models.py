@@ -113,6 +113,26 @@ class Sandbox(Base):
     node: Mapped[str | None] = mapped_column(String(253), nullable=True, index=True)
     #: The sandbox it was forked from (its memory and disk at the fork); None: a create.
     fork_of: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    #: Its volumes, `{"volume_id", "path", "read_only"}` each, in mount order; None: none.
+    volumes: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+
+
+class Volume(Base):
+    """A volume: an ext4 image on one node (`node`) that outlives its sandboxes."""
+
+    __tablename__ = "volumes"
+    __table_args__ = (UniqueConstraint("org_id", "name", name="uq_volumes_org_name"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    org_id: Mapped[str] = mapped_column(ForeignKey("orgs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(63))
+    size_mb: Mapped[int] = mapped_column(Integer)
+    #: `creating` until its node made it, then `ready`; `deleting` until its node removed it.
+    state: Mapped[str] = mapped_column(String(16))
+    node: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    #: The volume it is a clone of; None: made empty.
+    clone_of: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class Command(Base):

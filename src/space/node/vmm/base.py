@@ -36,6 +36,16 @@ class NetworkAttachment:
 
 
 @dataclass(frozen=True)
+class VolumeDisk:
+    """An extra disk (a volume's image), seen in the guest as a virtio disk whose
+    serial is `serial`."""
+
+    path: Path
+    serial: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
 class VmConfig:
     """Everything a driver needs to start one VM. Paths must exist."""
 
@@ -53,6 +63,7 @@ class VmConfig:
     network: NetworkAttachment | None = None
     extra: dict[str, str] = field(default_factory=dict)
     console_log_bytes: int = 4 << 20  # cap on console.log + console.log.1 (vmm/console.py)
+    volumes: tuple[VolumeDisk, ...] = ()
 
     @property
     def agent_socket(self) -> Path:

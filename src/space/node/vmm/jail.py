@@ -128,14 +128,23 @@ class Jailer:
         self._leases = UidLeases(config.lease_dir, config.uid_base, config.uid_count, str(run_dir))
         self._cgroups: Cgroups = detect(config.cgroups, config.cgroup_root, owner)
 
-    def enter(self, vm_id: str, vm_dir: Path, vcpus: int, memory_mib: int, disk: Path) -> Jail:
-        """Lease a uid, make an empty jail dir and a cgroup sized for this VM."""
+    def enter(
+        self,
+        vm_id: str,
+        vm_dir: Path,
+        vcpus: int,
+        memory_mib: int,
+        disk: Path,
+        volumes: tuple[Path, ...] = (),
+    ) -> Jail:
+        """Lease a uid, make an empty jail dir and a cgroup sized for this VM (its
+        file-size limit the largest of its state, its disk and its volumes)."""
         uid = self._leases.lease(vm_id)
         root = vm_dir / JAIL_DIR
         root.mkdir(mode=0o700, exist_ok=True)
         procs = self._cgroups.create(vm_id, self.limits(vcpus, memory_mib, disk))
         memory = memory_mib * MIB
-        largest = max(memory + STATE_MARGIN, _size(disk))
+        largest = max(memory + STATE_MARGIN, _size(disk), *(_size(v) for v in volumes))
         return Jail(vm_id, uid, root, tuple(procs), largest)
 
     def limits(self, vcpus: int, memory_mib: int, disk: Path) -> Limits:

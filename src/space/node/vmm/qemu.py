@@ -188,6 +188,7 @@ class QemuDriver:
             config.vcpus,
             config.memory_mib,
             config.root_disk,
+            tuple(volume.path for volume in config.volumes),
         )
 
     async def _leave(self, vm_id: str) -> None:
@@ -274,7 +275,10 @@ def _qemu(vm: VmHandle) -> QemuVm:
 def _open_drives(config: VmConfig) -> DriveFds:
     """The drives opened by the node, read-write and read-only, for QEMU's fd sets."""
     root, agent = config.root_disk, config.agent_disk
-    wanted = ((root, os.O_RDWR), (root, os.O_RDONLY), (agent, os.O_RDONLY))
+    wanted = [(root, os.O_RDWR), (root, os.O_RDONLY), (agent, os.O_RDONLY)]
+    for volume in config.volumes:
+        modes = (os.O_RDONLY,) if volume.read_only else (os.O_RDWR, os.O_RDONLY)
+        wanted += [(volume.path, mode) for mode in modes]
     opened: list[int] = []
     try:
         for path, mode in wanted:
@@ -283,7 +287,12 @@ def _open_drives(config: VmConfig) -> DriveFds:
         for fd in opened:
             os.close(fd)
         raise
-    return DriveFds(*opened)
+    volumes, rest = [], opened[3:]
+    for volume in config.volumes:
+        count = 1 if volume.read_only else 2
+        volumes.append(tuple(rest[:count]))
+        rest = rest[count:]
+    return DriveFds(opened[0], opened[1], opened[2], tuple(volumes))
 
 
 async def _connect_while_alive(config: VmConfig, child: asyncio.subprocess.Process) -> QmpClient:

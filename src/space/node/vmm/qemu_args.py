@@ -21,9 +21,10 @@ class DriveFds:
     root_rw: int
     root_ro: int
     agent_ro: int
+    volumes: tuple[tuple[int, ...], ...] = ()  # per volume: (rw, ro), or (ro,)
 
-    def all(self) -> tuple[int, int, int]:
-        return (self.root_rw, self.root_ro, self.agent_ro)
+    def all(self) -> tuple[int, ...]:
+        return (self.root_rw, self.root_ro, self.agent_ro, *(fd for v in self.volumes for fd in v))
 
 
 def qemu_argv(
@@ -77,6 +78,7 @@ def qemu_argv(
         f"id=agent,file={agent_disk},format=raw,if=none,readonly=on,file.locking=off",
         "-device",
         "virtio-blk-device,drive=agent",
+        *_volume_args(config, drive_fds),
         "-device",
         "virtio-serial-device",
         "-chardev",
@@ -108,10 +110,30 @@ def qemu_argv(
     return argv + _drive_fds(drive_fds) + _confinement(jail)
 
 
+def _volume_args(config: VmConfig, fds: DriveFds | None) -> list[str]:
+    """One virtio disk per volume, after root and agent, named by its serial; fdset
+    3 + i when the node opened the images."""
+    argv: list[str] = []
+    for i, volume in enumerate(config.volumes):
+        image = f"/dev/fdset/{VOLUME_FDSET + i}" if fds is not None else str(volume.path)
+        readonly = ",readonly=on" if volume.read_only else ""
+        argv += [
+            "-drive",
+            f"id=vol{i},file={image},format=raw,if=none{readonly},file.locking=off",
+            "-device",
+            f"virtio-blk-device,drive=vol{i},serial={volume.serial}",
+        ]
+    return argv
+
+
+VOLUME_FDSET = 3
+
+
 def _drive_fds(fds: DriveFds | None) -> list[str]:
     if fds is None:
         return []
-    sets = ((fds.root_rw, 1), (fds.root_ro, 1), (fds.agent_ro, 2))
+    sets = [(fds.root_rw, 1), (fds.root_ro, 1), (fds.agent_ro, 2)]
+    sets += [(fd, VOLUME_FDSET + i) for i, volume in enumerate(fds.volumes) for fd in volume]
     return [arg for fd, fdset in sets for arg in ("-add-fd", f"fd={fd},set={fdset}")]
 
 
