@@ -154,6 +154,7 @@ class LocalNode:
             return self._host.sandboxes[spec.sandbox_id].observation()
         started = time.perf_counter()
         self._volumes.admit(spec.sandbox_id, spec.volumes)
+        await self._volumes.prepare(spec.volumes)
         image = await self._templates.image(spec.template)
         spec = _sized(spec)
         pooled = _pool_sized(spec) and not spec.volumes  # a warm VM has no volume disks

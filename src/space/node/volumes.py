@@ -5,8 +5,10 @@ A volume is `<pool>/volumes/<id>.ext4`, a sparse file of its size made with
 written whole under a temporary name and renamed, 0600. A sandbox mounts it as an
 extra virtio disk (`VolumeMount`: `provision.py` attaches, the agent mounts), so it
 is a real filesystem: rename, flock, random writes and mmap behave as on a local
-disk. A clone is a reflink of the image as it is at that moment. QEMU's own image
-locks keep a second writer off a volume; `attached` says which live sandbox holds it.
+disk. A clone is a reflink of the image as it is at that moment. One writer at a
+time: `admit` refuses a volume another live (or suspended) sandbox here mounts, after
+the API's own rule; a read-only mount gets its journal replayed on the host first
+(`prepare`), since a read-only device cannot replay it in the guest.
 """
 
 from __future__ import annotations
@@ -114,6 +116,14 @@ class Volumes:
                 state = self._host.sandboxes[holder].state
                 raise SandboxUnavailable(holder, state, f"it mounts volume {mount.volume_id}")
 
+    async def prepare(self, mounts: tuple[VolumeMount, ...]) -> None:
+        """Replay the journal of each volume to be mounted read-only that no sandbox
+        here mounts (its last writer may have ended mid-write; a read-only device
+        cannot replay its own journal in the guest)."""
+        for mount in mounts:
+            if mount.read_only and self.attached(mount.volume_id) is None:
+                await asyncio.to_thread(_replay_journal, self.path(mount.volume_id))
+
     def sweep(self) -> None:
         """Remove images a crash left half made."""
         directory = self._host.data_dir / "pool" / "volumes"
@@ -127,6 +137,13 @@ class Volumes:
             if volume_id in mounts and sandbox.state in LIVE:
                 return sandbox_id
         return None
+
+
+def _replay_journal(image: Path) -> None:
+    argv = ["e2fsck", "-p", "-E", "journal_only", str(image)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode >= 4:  # 1 and 2: errors corrected
+        raise MountFailed(f"{image.name}: e2fsck: {(done.stdout + done.stderr).strip()[-500:]}")
 
 
 def _make(image: Path, size_mb: int) -> None:
