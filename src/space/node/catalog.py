@@ -32,12 +32,17 @@ class TemplateCatalog:
         return sorted({*TEMPLATES, *ALIASES, *self.imported.names()})
 
     def spec(self, name: str) -> TemplateSpec:
-        """How the template's VMs are made (an imported one: the defaults, no start command)."""
+        """How the template's VMs are made (an imported one: the defaults, and the start
+        and ready commands of a recipe's newest version)."""
         name = ALIASES.get(name, name)
         builtin = TEMPLATES.get(name)
         if builtin is not None:
             return builtin
-        return TemplateSpec(name, (), MIN_SIZE, memory_mib=IMPORTED_MEMORY_MIB)
+        newest = self.imported.newest(name) if name in self.imported.names() else None
+        record = self.imported.record(newest.digest) if newest is not None else None
+        start = record.start_cmd if record is not None else None
+        ready = record.ready_cmd if record is not None else None
+        return TemplateSpec(name, (), MIN_SIZE, IMPORTED_MEMORY_MIB, start, ready)
 
     async def image(self, name: str) -> TemplateImage:
         """The template's image: a built-in one built once per node process (later

@@ -36,9 +36,11 @@ from space.node.metrics import NodeMetrics
 from space.node.moving import Moves
 from space.node.network.egress import Egress
 from space.node.provision import WARM_VCPUS, Provisioning, warm_memory_mib
+from space.node.recipes import BuildRequest, Log, RecipeBuilds
 from space.node.records import check_sandbox_id
 from space.node.recovery import Recovery
 from space.node.sandbox import Sandbox
+from space.node.templates.registry import Version
 from space.node.vmm.base import VmHandle, VmmError
 from space.node.volumes import Volumes
 from space.node.warm import WarmPools
@@ -87,6 +89,7 @@ class LocalNode:
         self._forks = Forks(host, provisioning)
         self._moves = Moves(host)
         self._volumes = Volumes(host)
+        self._builds = RecipeBuilds(host, templates)
         self._warm_task: asyncio.Task[None] | None = None
         self.metrics = metrics
 
@@ -117,6 +120,7 @@ class LocalNode:
         await self._host.open()
         await self._recovery.sweep()
         await asyncio.to_thread(self._volumes.sweep)
+        await asyncio.to_thread(self._builds.sweep)
         self._warm_task = spawn(self._warm.refill_forever(), name="warm-pool-refill")
 
     async def aclose(self) -> None:
@@ -164,6 +168,10 @@ class LocalNode:
             self.metrics.created("warm", started)
             return claimed
         return await self._provisioning.create(spec, image)
+
+    async def build_template(self, request: BuildRequest, log: Log) -> Version:
+        """A template from a recipe, built in a VM on this node (`recipes.py`)."""
+        return await self._builds.build(request, log)
 
     async def create_volume(self, volume_id: str, size_mb: int) -> None:
         await self._volumes.create(volume_id, size_mb)

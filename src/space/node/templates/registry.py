@@ -59,6 +59,8 @@ class ImageRecord:
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ()
     user_spec: str = ""  # the config's User as written
+    start_cmd: str | None = None  # up (and `ready_cmd` passing) before its base snapshot
+    ready_cmd: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"version": RECORD_VERSION, **asdict(self)}
@@ -70,6 +72,8 @@ class ImageRecord:
                 f"image record version {data.get('version')!r} is not {RECORD_VERSION}"
             )
         fields = {k: v for k, v in data.items() if k != "version"}
+        fields.setdefault("start_cmd", None)
+        fields.setdefault("ready_cmd", None)
         defaults = ProcessDefaults(**fields.pop("defaults"))
         return cls(
             **{**fields, "entrypoint": tuple(fields["entrypoint"]), "cmd": tuple(fields["cmd"])},

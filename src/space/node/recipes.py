@@ -1,0 +1,236 @@
+"""Recipe builds: a template made by running a recipe's steps in a build VM.
+
+`RecipeBuilds.build` boots a VM on a clone of the recipe's FROM template (grown to
+`disk_mb`), under the egress policy the build names (none: no network), runs each
+RUN through the agent (its env, workdir and user as the recipe says there) and puts
+each COPY's files from the build context, then ends the VM and registers its disk as
+the newest version of the template (`templates/registry.py`), with the recipe's
+ENV, WORKDIR and USER as what every process gets and its `start_cmd`/`ready_cmd`,
+which the template's base snapshot is taken with (`provision.py`). Everything is made
+under the node's scratch dir and registered only once whole, so a build cut short
+(a failed step, a crash, a kill) leaves no template; the startup sweep empties the
+scratch dir. `log` gets every line of the build's progress and output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import posixpath
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from space.node.agent import AgentClient
+from space.node.catalog import TemplateCatalog
+from space.node.host import NodeHost
+from space.node.records import SandboxRecord
+from space.node.storage.archive import copy_file
+from space.node.templates.recipe import Copy, Recipe, RecipeError, Run, parse
+from space.node.templates.registry import (
+    IMAGE_FILE,
+    ROOTFS_FILE,
+    ImageRecord,
+    ProcessDefaults,
+    Version,
+    check_name,
+    write_private,
+)
+from space.seam.values import ExecRequest
+
+log = logging.getLogger(__name__)
+
+Log = Callable[[str], None]
+STEP_SECONDS = 1800.0  # one RUN
+MAX_CONTEXT_BYTES = 256 << 20
+MAX_DISK_MB = 64 << 10
+CHUNK = 1 << 20
+PARTIAL = ".partial"
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    name: str
+    recipe: str
+    context: Mapping[str, bytes]  # path in the context -> content
+    args: Mapping[str, str] | None = None
+    start_cmd: str | None = None
+    ready_cmd: str | None = None
+    disk_mb: int | None = None  # None: the FROM template's size
+    memory_mib: int = 512
+    network: dict[str, Any] | None = None  # the build VM's egress policy; None: no network
+
+
+class BuildFailed(RuntimeError):
+    """A step failed (the message names its line and ends with its output)."""
+
+
+class RecipeBuilds:
+    def __init__(self, host: NodeHost, templates: TemplateCatalog) -> None:
+        self._host = host
+        self._templates = templates
+
+    def sweep(self) -> None:
+        """Remove images a build cut short was registering (its process is gone; the
+        cache may be shared by other node processes, whose builds are left alone)."""
+        images = self._templates.imported.image_dir("x").parent
+        for staging in images.glob(f".*{PARTIAL}") if images.is_dir() else ():
+            pid = staging.name.removesuffix(PARTIAL).rsplit(".", 1)[-1]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                shutil.rmtree(staging, ignore_errors=True)
+
+    async def build(self, request: BuildRequest, log_line: Log) -> Version:
+        """Build `request` into the newest version of its template (RecipeError for a
+        recipe or context that cannot be built, BuildFailed for a step that fails)."""
+        check_name(request.name)
+        _check_context(request.context)
+        recipe = parse(request.recipe, request.args)
+        for step in recipe.steps:
+            if isinstance(step, Copy):
+                _sources(request.context, step)  # every COPY finds its files before any VM
+        image = await self._templates.image(recipe.base)
+        work = self._host.scratch / f"build-{secrets.token_hex(6)}"
+        work.mkdir(mode=0o700, parents=True)
+        try:
+            disk = work / ROOTFS_FILE
+            _, importer = self._host.ready()
+            await importer.clone_disk(await importer.pooled(image.rootfs, image.digest), disk)
+            await asyncio.to_thread(_grow, disk, request.disk_mb)
+            log_line(f"FROM {recipe.base} ({image.digest[:12]})")
+            await self._run_steps(request, recipe, disk, image.digest, log_line)
+            return await asyncio.to_thread(self._register, request, recipe, disk)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    async def _run_steps(
+        self, request: BuildRequest, recipe: Recipe, disk: Path, digest: str, log_line: Log
+    ) -> None:
+        host, vm_id = self._host, f"build{secrets.token_hex(4)}"
+        record = SandboxRecord(vm_id, recipe.base, digest, request.memory_mib, 1, slot=vm_id)
+        network = await asyncio.to_thread(host.net.create, vm_id)
+        driver = host.ready_driver()
+        try:
+            await host.egress.attach(vm_id, network, request.network)
+            config = replace(host.vm_config(record, network), root_disk=disk)
+            vm = await driver.boot(config)
+            try:
+                agent = await AgentClient.connect(config.agent_socket, timeout=host.agent_timeout)
+                try:
+                    for step in recipe.steps:
+                        await _step(agent, request, step, log_line)
+                    await agent.exec(ExecRequest(cmd="sync", timeout=120))
+                finally:
+                    await agent.close()
+            finally:
+                await driver.stop(vm)
+        finally:
+            await host.egress.detach(vm_id)
+            await asyncio.to_thread(host.net.delete, vm_id)
+            shutil.rmtree(host.run_dir / vm_id, ignore_errors=True)
+
+    def _register(self, request: BuildRequest, recipe: Recipe, disk: Path) -> Version:
+        registry = self._templates.imported
+        digest = secrets.token_hex(16)
+        target = registry.image_dir(digest)
+        staging = target.with_name(f".{digest}.{os.getpid()}{PARTIAL}")
+        staging.mkdir(mode=0o700, parents=True)
+        try:
+            copy_file(disk, staging / ROOTFS_FILE)
+            manifest = _manifest(request)
+            record = ImageRecord(
+                source=f"recipe:{request.name}",
+                manifest=manifest,
+                defaults=ProcessDefaults(dict(recipe.env), recipe.user, recipe.workdir),
+                user_spec=recipe.user or "",
+                start_cmd=request.start_cmd,
+                ready_cmd=request.ready_cmd,
+            )
+            write_private(staging / IMAGE_FILE, record.to_json())
+            staging.rename(target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        version = Version(digest, manifest, record.source, time.time())
+        registry.add(request.name, version)
+        return version
+
+
+async def _step(agent: AgentClient, request: BuildRequest, step: Run | Copy, log_line: Log) -> None:
+    if isinstance(step, Copy):
+        for source, dest in _sources(request.context, step):
+            log_line(f"COPY {source} {dest}")
+            await agent.write_file(dest, _chunks(request.context[source]))
+        return
+    log_line(f"RUN {step.shell if step.shell is not None else ' '.join(step.argv or ())}")
+    await agent.exec(ExecRequest(args=("mkdir", "-p", step.workdir), timeout=60))
+    run = ExecRequest(
+        cmd=step.shell, args=step.argv, env=step.env, cwd=step.workdir, timeout=STEP_SECONDS
+    )
+    result = await agent.exec(run, user=step.user)
+    output = (result.stdout + result.stderr).decode(errors="replace")
+    for line in output.splitlines()[-200:]:
+        log_line(f"  {line}")
+    if result.exit_code != 0:
+        tail = "\n".join(output.splitlines()[-20:])
+        raise BuildFailed(f"line {step.line}: RUN exited {result.exit_code}:\n{tail}")
+
+
+def _sources(context: Mapping[str, bytes], step: Copy) -> list[tuple[str, str]]:
+    """(context path, image path) of every file a COPY puts: a file, or every file
+    under a directory (RecipeError if a source matches nothing)."""
+    placed = []
+    for source in step.sources:
+        under = "" if source == "." else source.rstrip("/") + "/"
+        files = [source] if source in context else sorted(p for p in context if p.startswith(under))
+        if not files:
+            raise RecipeError(f"line {step.line}: {source!r} is not in the build context")
+        for path in files:
+            relative = posixpath.basename(path) if path == source else path[len(under) :]
+            dest = step.dest + relative if step.dest.endswith("/") or path != source else step.dest
+            placed.append((path, dest))
+    return placed
+
+
+def _check_context(context: Mapping[str, bytes]) -> None:
+    if sum(len(data) for data in context.values()) > MAX_CONTEXT_BYTES:
+        raise RecipeError(f"a build context is at most {MAX_CONTEXT_BYTES >> 20} MiB")
+    for path in context:
+        normal = posixpath.normpath(path)
+        if path != normal or normal.startswith(("/", "../")) or normal in ("..", "."):
+            raise RecipeError(f"context path {path!r} must be relative and normalised")
+
+
+def _grow(disk: Path, disk_mb: int | None) -> None:
+    """Grow the image and its ext4 filesystem to `disk_mb` (never shrink it)."""
+    if disk_mb is None:
+        return
+    if not 1 <= disk_mb <= MAX_DISK_MB:
+        raise RecipeError(f"disk_mb must be 1-{MAX_DISK_MB}")
+    if disk.stat().st_size >= disk_mb << 20:
+        return
+    with disk.open("rb+") as handle:
+        handle.truncate(disk_mb << 20)
+    subprocess.run(["e2fsck", "-fp", str(disk)], capture_output=True, timeout=600, check=False)
+    subprocess.run(["resize2fs", str(disk)], capture_output=True, timeout=600, check=True)
+
+
+def _manifest(request: BuildRequest) -> str:
+    """sha256 over what the build was asked to make (recipe, context, commands)."""
+    digest = hashlib.sha256(request.recipe.encode())
+    for path in sorted(request.context):
+        digest.update(path.encode() + b"\0" + hashlib.sha256(request.context[path]).digest())
+    for command in (request.start_cmd, request.ready_cmd):
+        digest.update(b"\1" + (command or "").encode())
+    return f"sha256:{digest.hexdigest()}"
+
+
+async def _chunks(data: bytes) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), CHUNK):
+        yield data[start : start + CHUNK]

@@ -1,0 +1,74 @@
+"""The recipe parser: the Dockerfile subset a template is built from."""
+
+from __future__ import annotations
+
+import pytest
+
+from space.node.templates.recipe import MAX_STEPS, Copy, RecipeError, Run, parse
+
+pytestmark = pytest.mark.templates
+
+RECIPE = """\
+# a comment
+FROM base
+ARG GREETING=hello
+ENV APP_HOME=/srv/app MODE=prod
+ENV NAME the app
+WORKDIR $APP_HOME
+COPY server.py ./
+COPY conf/a.ini conf/b.ini /etc/app/
+RUN echo ${GREETING} > greeting && \\
+    chmod 600 greeting
+RUN ["python3", "-c", "print('${MODE}')"]
+USER nobody
+WORKDIR sub
+"""
+
+
+def test_a_recipe_becomes_steps_with_their_environment() -> None:
+    recipe = parse(RECIPE, {"GREETING": "hi"})
+    assert recipe.base == "base"
+    assert recipe.env == {"APP_HOME": "/srv/app", "MODE": "prod", "NAME": "the app"}
+    assert recipe.workdir == "/srv/app/sub" and recipe.user == "nobody"
+    copy_one, copy_two, shell, exec_form = recipe.steps
+    assert copy_one == Copy(7, ("server.py",), "/srv/app/", None)
+    assert isinstance(copy_two, Copy) and copy_two.dest == "/etc/app/"
+    assert copy_two.sources == ("conf/a.ini", "conf/b.ini")
+    assert isinstance(shell, Run) and shell.line == 9
+    assert shell.shell == "echo ${GREETING} > greeting &&  chmod 600 greeting"
+    assert shell.env["GREETING"] == "hi" and shell.workdir == "/srv/app"
+    assert isinstance(exec_form, Run)
+    assert exec_form.argv == ("python3", "-c", "print('prod')")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "starts with FROM"),
+        ("RUN true", "starts with FROM"),
+        ("FROM a b", "one template"),
+        ("FROM base\nEXPOSE 80", "line 2: EXPOSE is not supported"),
+        ("FROM base\nCOPY ../secret /x", "outside the build context"),
+        ("FROM base\nCOPY /../../etc/passwd /x", "outside the build context"),
+        ("FROM base\nADD http://example.test/a /a", "not URLs"),
+        ("FROM base\nCOPY --from=x a /b", "no flags"),
+        ("FROM base\nCOPY onlyone", "<source>"),
+        ("FROM base\nENV 1BAD=x", "not a variable name"),
+        ("FROM base\nENV A", "ENV <name> <value>"),
+        ("FROM base\nRUN [1, 2]", "JSON list of strings"),
+        ("FROM base\nRUN [oops", "JSON list"),
+        ("FROM base\nRUN echo \\", "continued line"),
+        ("FROM base\nUSER a b", "USER takes one"),
+        ("FROM base\nRUN", "needs an argument"),
+    ],
+)
+def test_what_a_recipe_cannot_say_is_refused_naming_the_line(text: str, message: str) -> None:
+    with pytest.raises(RecipeError, match=message):
+        parse(text)
+
+
+def test_a_recipe_is_bounded() -> None:
+    with pytest.raises(RecipeError, match="at most"):
+        parse("FROM base\n" + "RUN true\n" * MAX_STEPS)
+    with pytest.raises(RecipeError, match="bytes"):
+        parse("FROM base\nRUN " + "x" * (1 << 20))
