@@ -28,6 +28,8 @@ from space.credentials.audit import AuditChain
 from space.seam.errors import SandboxNotFound, SandboxUnavailable
 from space.seam.values import (
     AuditBatch,
+    BuildSpec,
+    BuildStatus,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
@@ -150,6 +152,33 @@ class FakeNode:
     volumes: dict[str, int] = field(default_factory=dict)  # volume id -> size_mb
     mounts: dict[str, tuple[VolumeMount, ...]] = field(default_factory=dict)  # by sandbox
 
+    builds: dict[str, BuildSpec] = field(default_factory=dict)
+    build_lines: tuple[str, ...] = ("FROM base", "RUN true")
+    fail_build: str | None = None  # the error every build ends with
+    built: set[str] = field(default_factory=set)  # templates its builds made
+
+    async def start_build(self, build_id: str, spec: BuildSpec) -> None:
+        """Like the real node: a recipe that does not start with FROM is refused."""
+        if not spec.recipe.lstrip().upper().startswith("FROM"):
+            raise ValueError("line 1: a recipe starts with FROM <template>")
+        self.builds.setdefault(build_id, spec)
+
+    async def build_status(self, build_id: str, after: int) -> BuildStatus:
+        """Done at the first ask: all its lines, then ready (or `fail_build`)."""
+        spec = self.builds.get(build_id)
+        if spec is None:
+            return BuildStatus("unknown")
+        lines = self.build_lines[after:]
+        if self.fail_build is not None:
+            return BuildStatus("failed", lines, len(self.build_lines), error=self.fail_build)
+        self.built.add(spec.name)
+        return BuildStatus("ready", lines, len(self.build_lines), digest="d" * 32)
+
+    async def delete_template(self, name: str) -> None:
+        if name in ("base", "busybox"):
+            raise ValueError(f"template {name!r} is built in")
+        self.built.discard(name)
+
     async def create_volume(self, volume_id: str, size_mb: int) -> None:
         self.volumes.setdefault(volume_id, size_mb)
 
@@ -196,7 +225,7 @@ class FakeNode:
         return [WarmPoolStats("base", 2, 1, self.warm_hits, 0)]
 
     async def templates(self) -> list[str]:
-        return ["base", "busybox"]
+        return ["base", "busybox", *sorted(self.built)]
 
     async def create_sandbox(self, spec: SandboxSpec) -> SandboxObservation:
         await asyncio.sleep(self.create_delay)

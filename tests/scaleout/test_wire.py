@@ -20,6 +20,8 @@ SAMPLES = [
     values.SandboxSpec("s1"),
     values.SandboxSpec("s1", volumes=(values.VolumeMount("vol1", "/data", True),)),
     values.VolumeMount("vol1", "/data"),
+    values.BuildSpec("t", "FROM base", {"a.txt": b"\x00x"}, {"A": "b"}, "s", "r", 1024, 512, None),
+    values.BuildStatus("ready", ("line",), 1, "d" * 32, None),
     values.CredentialGrant("org", {"version": 2, "entries": [{"id": "c"}]}, {"c:2": "v"}),
     values.AuditBatch("gateway-x", 4, ({"seq": 4, "hash": "ab"},)),
     values.SandboxObservation("s1", "error", "base", "boot failed", 3),

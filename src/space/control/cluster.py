@@ -48,6 +48,8 @@ from space.seam.errors import SandboxNotFound, SandboxUnavailable
 from space.seam.protocol import CommandHandle, NodeClient, WatchStream
 from space.seam.values import (
     AuditBatch,
+    BuildSpec,
+    BuildStatus,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
@@ -63,6 +65,7 @@ from space.store.models import Sandbox
 from space.store.nodes import NodeInfo, NodeRepo, NodeState
 from space.store.placements import PlacementRepo
 from space.store.states import SandboxState
+from space.store.templates import TemplateRepo
 from space.store.volumes import VolumeRepo
 
 log = logging.getLogger(__name__)
@@ -188,6 +191,41 @@ class Cluster:
 
     def _on(self, sandbox_id: str) -> NodeClient:
         return self._member_of(sandbox_id).client
+
+    # -- template builds -------------------------------------------------------------
+
+    async def start_build(self, build_id: str, spec: BuildSpec) -> None:
+        """On its recorded node, else on a ready one chosen as for a create (recorded
+        first); the template it makes lives on that node."""
+        await self.refresh()
+        name = await asyncio.to_thread(self._place_build, build_id)
+        await self._members[name].client.start_build(build_id, spec)
+
+    def _place_build(self, build_id: str) -> str:
+        with self._db.session() as session:
+            builds = TemplateRepo(session)
+            placed = builds.get(build_id).node
+            if placed is not None and placed in self._members:
+                return placed
+            nodes = [n for n in NodeRepo(session).all() if n.name in self._members]
+            chosen = choose(nodes, "base", PlacementRepo(session).load()).name
+            builds.start(build_id, chosen)
+            return chosen
+
+    async def build_status(self, build_id: str, after: int) -> BuildStatus:
+        """`unknown` when its node is lost or gone: the build went with it."""
+        with self._db.session() as session:
+            name = TemplateRepo(session).get(build_id).node
+        member = self._members.get(name) if name is not None else None
+        if member is None or member.info.state is NodeState.LOST:
+            return BuildStatus("unknown")
+        return await member.client.build_status(build_id, after)
+
+    async def delete_template(self, name: str) -> None:
+        """On every member that answers (a template lives where it was built)."""
+        for member in list(self._members.values()):
+            if member.info.state is not NodeState.LOST:
+                await self._quietly(member.client.delete_template(name))
 
     # -- volumes -------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from space import faults
 from space.config import ControllerConfig, TimeoutConfig
+from space.control.builds import Builds
 from space.control.drain import Drain
 from space.control.errors import NodeFailed
 from space.control.expiry import Activity, Expiry
@@ -41,6 +42,7 @@ from space.tasks import TaskSet
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 AfterPass = Callable[[list[SandboxObservation]], Awaitable[None]]
+BUILD_POLL_SECONDS = 0.5  # how often a running build's log is copied from its node
 FORK_MOVED = "fork not made: another sandbox of the same fork moved on before it ran"
 
 
@@ -77,6 +79,7 @@ class Controller:
         self._powering: dict[str, asyncio.Task[object]] = {}  # pause, resume, ...
         self._tasks = TaskSet()
         self.drain = Drain(db, node, self.power, self._fence) if drains else None
+        self.builds = Builds(db, node, self._fence, timeout=timeouts.node_call)
         self.expiry = Expiry(
             db=db,
             node=node,
@@ -153,8 +156,15 @@ class Controller:
             interval=self._config.expiry_interval,
             backoff=self._config.restart_backoff,
         )
+        builds = run_periodically(
+            "template-builds",
+            _through_outages(self.builds.once),
+            interval=BUILD_POLL_SECONDS,
+            backoff=self._config.restart_backoff,
+        )
         self._tasks.spawn(reconciler, "space-reconciler")
         self._tasks.spawn(expiry, "space-expiry")
+        self._tasks.spawn(builds, "space-template-builds")
         if self.drain is not None:
             drain = run_periodically(
                 "drain",

@@ -29,6 +29,7 @@ from space.credentials.scopes import CredentialView
 from space.node import ingress
 from space.node.agent import AgentClient, AgentProcess
 from space.node.agentops import AgentOps, OsErrorWatch
+from space.node.buildjobs import BuildJobs
 from space.node.catalog import TemplateCatalog
 from space.node.fork import Forks
 from space.node.host import ADOPTION_WAIT, NodeHost
@@ -48,6 +49,8 @@ from space.seam.errors import SandboxUnavailable, SnapshotMissing
 from space.seam.protocol import CommandHandle
 from space.seam.values import (
     AuditBatch,
+    BuildSpec,
+    BuildStatus,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
@@ -90,6 +93,7 @@ class LocalNode:
         self._moves = Moves(host)
         self._volumes = Volumes(host)
         self._builds = RecipeBuilds(host, templates)
+        self._jobs = BuildJobs(self._builds)
         self._warm_task: asyncio.Task[None] | None = None
         self.metrics = metrics
 
@@ -129,6 +133,7 @@ class LocalNode:
         Unclaimed warm VMs are torn down (an open would not adopt them anyway).
         """
         await self._drain_warm()
+        await self._jobs.aclose()
         await self._provisioning.aclose()
         await self._host.aclose()
 
@@ -172,6 +177,15 @@ class LocalNode:
     async def build_template(self, request: BuildRequest, log: Log) -> Version:
         """A template from a recipe, built in a VM on this node (`recipes.py`)."""
         return await self._builds.build(request, log)
+
+    async def start_build(self, build_id: str, spec: BuildSpec) -> None:
+        self._jobs.start(build_id, spec)
+
+    async def build_status(self, build_id: str, after: int) -> BuildStatus:
+        return self._jobs.status(build_id, after)
+
+    async def delete_template(self, name: str) -> None:
+        await self._builds.delete(name)
 
     async def create_volume(self, volume_id: str, size_mb: int) -> None:
         await self._volumes.create(volume_id, size_mb)

@@ -33,6 +33,7 @@ from space.node.catalog import TemplateCatalog
 from space.node.host import NodeHost
 from space.node.records import SandboxRecord
 from space.node.storage.archive import copy_file
+from space.node.templates import ALIASES, TEMPLATES
 from space.node.templates.recipe import Copy, Recipe, RecipeError, Run, parse
 from space.node.templates.registry import (
     IMAGE_FILE,
@@ -76,6 +77,15 @@ class RecipeBuilds:
     def __init__(self, host: NodeHost, templates: TemplateCatalog) -> None:
         self._host = host
         self._templates = templates
+
+    async def delete(self, name: str) -> None:
+        """Forget template `name` and the images only it used (ValueError for a
+        built-in one)."""
+        if name in TEMPLATES or name in ALIASES:
+            raise ValueError(f"template {name!r} is built in")
+        registry = self._templates.imported
+        for digest in await asyncio.to_thread(registry.remove, name):
+            shutil.rmtree(registry.image_dir(digest), ignore_errors=True)
 
     def sweep(self) -> None:
         """Remove images a build cut short was registering (its process is gone; the

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 from space.seam.values import (
     AuditBatch,
+    BuildSpec,
+    BuildStatus,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
@@ -71,6 +73,21 @@ class NodeClient(Protocol):
         ...
 
     async def destroy_sandbox(self, sandbox_id: str) -> None: ...
+
+    async def start_build(self, build_id: str, spec: BuildSpec) -> None:
+        """Start building `spec` as build `build_id` in the background (a build this
+        node has under that id already is left as it is; ValueError for a recipe or
+        context that cannot be built)."""
+        ...
+
+    async def build_status(self, build_id: str, after: int) -> BuildStatus:
+        """Where build `build_id` is, with its log lines from index `after`."""
+        ...
+
+    async def delete_template(self, name: str) -> None:
+        """Remove a template this node built or imported, every version (done if it
+        has none; ValueError for a built-in one)."""
+        ...
 
     async def create_volume(self, volume_id: str, size_mb: int) -> None:
         """An empty ext4 volume of `size_mb` MiB on this node (done if it exists)."""

@@ -35,6 +35,8 @@ from space.seam.protocol import CommandHandle, WatchStream
 from space.seam.tunnel import open_tunnel
 from space.seam.values import (
     AuditBatch,
+    BuildSpec,
+    BuildStatus,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
@@ -226,6 +228,15 @@ class RemoteNode:
 
     async def destroy_sandbox(self, sandbox_id: str) -> None:
         await self.call(wire.DESTROY, sandbox_id=sandbox_id)
+
+    async def start_build(self, build_id: str, spec: BuildSpec) -> None:
+        await self.call(wire.START_BUILD, build_id=build_id, spec=spec)
+
+    async def build_status(self, build_id: str, after: int) -> BuildStatus:
+        return await self.call(wire.BUILD_STATUS, build_id=build_id, after=after)
+
+    async def delete_template(self, name: str) -> None:
+        await self.call(wire.DELETE_TEMPLATE, name=name)
 
     async def create_volume(self, volume_id: str, size_mb: int) -> None:
         await self.call(wire.CREATE_VOLUME, volume_id=volume_id, size_mb=size_mb)

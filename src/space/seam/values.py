@@ -40,6 +40,37 @@ class SandboxSpec:
 
 
 @dataclass(frozen=True)
+class BuildSpec:
+    """A template to build from a recipe (`space.node.templates.recipe`): its build
+    context (path -> content), ARG values, the commands its base snapshot is taken
+    with, the build VM's disk and memory, and its egress policy (None: no network)."""
+
+    name: str
+    recipe: str
+    context: dict[str, bytes] = field(default_factory=dict)
+    args: dict[str, str] = field(default_factory=dict)
+    start_cmd: str | None = None
+    ready_cmd: str | None = None
+    disk_mb: int | None = None
+    memory_mib: int = 512
+    network: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class BuildStatus:
+    """Where a build on a node is: `building`, `ready` (`digest` names the version it
+    added), `failed` (`error` says why) or `unknown` (the node has no such build: it
+    restarted since, or never had it). `lines` are its log from the index asked for;
+    `next` is the index to ask for next."""
+
+    state: Literal["building", "ready", "failed", "unknown"]
+    lines: tuple[str, ...] = ()
+    next: int = 0
+    digest: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class CredentialGrant:
     """A sandbox's credential view on its way to the node's gateway: the view as
     `space.credentials.scopes.CredentialView.to_json` writes it (no values), and the

@@ -32,6 +32,8 @@ from space.seam import errors as seam_errors
 from space.seam.errors import NodeError
 from space.seam.values import (
     AuditBatch,
+    BuildSpec,
+    BuildStatus,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
@@ -225,6 +227,9 @@ FORK = Call[list[SandboxObservation]](
     "fork_sandbox", (("source_id", str), ("sandbox_ids", list[str])), list[SandboxObservation]
 )
 ADOPT_SNAPSHOT = Call[SandboxObservation]("adopt_snapshot", (_ID,), SandboxObservation)
+START_BUILD = Call[None]("start_build", (("build_id", str), ("spec", BuildSpec)), None)
+BUILD_STATUS = Call[BuildStatus]("build_status", (("build_id", str), ("after", int)), BuildStatus)
+DELETE_TEMPLATE = Call[None]("delete_template", (("name", str),), None)
 _VOLUME = ("volume_id", str)
 CREATE_VOLUME = Call[None]("create_volume", (_VOLUME, ("size_mb", int)), None)
 DELETE_VOLUME = Call[None]("delete_volume", (_VOLUME,), None)

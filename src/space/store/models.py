@@ -282,3 +282,36 @@ class CredentialAuditHead(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     seq: Mapped[int] = mapped_column(Integer)
     hash: Mapped[str] = mapped_column(String(64))
+
+
+class TemplateName(Base):
+    """A template name an org built (`POST /v1/templates`): only that org builds over
+    it, deletes it or makes sandboxes of it."""
+
+    __tablename__ = "template_names"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    org_id: Mapped[str] = mapped_column(ForeignKey("orgs.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class TemplateBuild(Base):
+    """One build of a template from a recipe, run by the leading controller on a node."""
+
+    __tablename__ = "template_builds"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    org_id: Mapped[str] = mapped_column(ForeignKey("orgs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(63), index=True)
+    #: queued, building, ready or failed
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    #: `BuildSpec` as `space.seam.wire.encode` writes it (the context base64).
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    node: Mapped[str | None] = mapped_column(String(253), nullable=True)
+    log: Mapped[str] = mapped_column(Text, default="")
+    #: How many of the node's log lines `log` holds (the index to ask the node from).
+    log_next: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

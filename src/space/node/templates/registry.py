@@ -139,6 +139,15 @@ class Registry:
             body = {"name": name, "versions": [asdict(v) for v in [*kept, version]]}
             write_private(self._dir / f"{name}.json", body)
 
+    def remove(self, name: str) -> list[str]:
+        """Forget `name` with every version; the digests whose images no other name
+        uses (the caller removes those)."""
+        with self._locked():
+            gone = {v.digest for v in self.versions(name)}
+            (self._dir / f"{check_name(name)}.json").unlink(missing_ok=True)
+            kept = {v.digest for other in self.names() for v in self.versions(other)}
+        return sorted(gone - kept)
+
     def image_dir(self, digest: str) -> Path:
         return self._cache_dir / IMAGE_KIND / digest
 

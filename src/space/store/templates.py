@@ -1,0 +1,122 @@
+"""Template names orgs own and the builds that make them.
+
+A name an org builds is its own from the first build on (`claim`): another org's
+build of that name is refused, and so are its sandboxes of it. A build goes
+`queued` -> `building` (on a node) -> `ready` or `failed`; its log grows as the
+controller copies it from the node, up to `MAX_LOG` bytes (then one line says the
+rest was cut).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from space.store.errors import NotFound, StoreError
+from space.store.keys import new_id
+from space.store.models import TemplateBuild, TemplateName, utcnow
+
+MAX_LOG = 1 << 20
+CUT = "(the log is cut here: it reached its limit)\n"
+FINISHED = ("ready", "failed")
+
+
+class TemplateNameTaken(StoreError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"template name {name!r} belongs to another org")
+        self.name = name
+
+
+class TemplateRepo:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def owner(self, name: str) -> str | None:
+        row = self.session.get(TemplateName, name)
+        return row.org_id if row is not None else None
+
+    def claim(self, org_id: str, name: str) -> None:
+        """Make `name` the org's (TemplateNameTaken if another org has it)."""
+        owner = self.owner(name)
+        if owner == org_id:
+            return
+        if owner is not None:
+            raise TemplateNameTaken(name)
+        self.session.add(TemplateName(name=name, org_id=org_id))
+        try:
+            self.session.flush()
+        except IntegrityError:
+            self.session.rollback()
+            raise TemplateNameTaken(name) from None
+
+    def release(self, name: str) -> None:
+        row = self.session.get(TemplateName, name)
+        if row is not None:
+            self.session.delete(row)
+            self.session.flush()
+
+    def names_of(self, org_id: str) -> list[str]:
+        query = select(TemplateName.name).where(TemplateName.org_id == org_id)
+        return sorted(self.session.scalars(query))
+
+    def queue(self, org_id: str, name: str, spec: dict[str, Any]) -> TemplateBuild:
+        row = TemplateBuild(
+            id=new_id("bld"), org_id=org_id, name=name, state="queued", spec=spec, log=""
+        )
+        self.session.add(row)
+        self.session.flush()
+        return row
+
+    def get(self, build_id: str) -> TemplateBuild:
+        row = self.session.get(TemplateBuild, build_id)
+        if row is None:
+            raise NotFound("build", build_id)
+        return row
+
+    def builds_of(self, org_id: str, name: str) -> list[TemplateBuild]:
+        query = (
+            select(TemplateBuild)
+            .where(TemplateBuild.org_id == org_id, TemplateBuild.name == name)
+            .order_by(TemplateBuild.created_at)
+        )
+        return list(self.session.scalars(query))
+
+    def in_state(self, state: str) -> list[TemplateBuild]:
+        query = (
+            select(TemplateBuild)
+            .where(TemplateBuild.state == state)
+            .order_by(TemplateBuild.created_at)
+        )
+        return list(self.session.scalars(query))
+
+    def start(self, build_id: str, node: str | None) -> None:
+        row = self.get(build_id)
+        row.state, row.node, row.updated_at = "building", node, utcnow()
+        self.session.flush()
+
+    def append(self, build_id: str, lines: tuple[str, ...], next_index: int) -> None:
+        """Add the node's lines up to index `next_index` to the log (bounded)."""
+        row = self.get(build_id)
+        text = "".join(f"{line}\n" for line in lines)
+        room = MAX_LOG - len(row.log.encode())
+        if room > 0:
+            row.log += text if len(text.encode()) <= room else CUT
+        row.log_next, row.updated_at = next_index, utcnow()
+        self.session.flush()
+
+    def finish(
+        self, build_id: str, state: str, *, digest: str | None = None, error: str | None = None
+    ) -> None:
+        row = self.get(build_id)
+        if row.state in FINISHED:
+            return
+        row.state, row.digest, row.error, row.updated_at = state, digest, error, utcnow()
+        self.session.flush()
+
+    def remove_builds(self, org_id: str, name: str) -> None:
+        for row in self.builds_of(org_id, name):
+            self.session.delete(row)
+        self.session.flush()
