@@ -501,8 +501,8 @@ class ClusterConfig(BaseSettings):
     stops acting once `renew_deadline_seconds` pass without a renewal, before anyone
     else can take the lease. Node registry: a node reports itself as `node_name`
     (default: the host name) at `node_address` every `heartbeat_seconds`; one silent
-    for `lost_after_seconds` is marked lost. With `node_tokens_dir` or `node_token`,
-    `space api` and `space controller` drive every registered node
+    for `lost_after_seconds` is marked lost. With one of `node_tokens_dir`, `node_token`
+    and `node_signing_key_file`, `space api` and `space controller` drive every registered node
     (`space.control.cluster`), node N at its registered address with the token in the
     0600 file `node_tokens_dir/N` (a token per node), or `node_token` (one token for
     every node: any node's token then opens all of them), or `node_signing_key_file`

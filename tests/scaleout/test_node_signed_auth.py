@@ -28,12 +28,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import NameOID
 from pydantic import ValidationError
 
-from space.cli_cluster import _tokens
-from space.config import ClusterConfig, NodeLinkConfig, NodeTokenError
+from space.cli_cluster import _connector, _tokens
+from space.config import ClusterConfig, NodeLinkConfig, NodeTokenError, Settings
 from space.node.auth import SignedGate, gate_of
 from space.seam import signing, wire
 from space.seam.errors import NodeError
 from space.seam.values import ExecRequest
+from space.store.nodes import Capacity, NodeInfo, NodeState
 from tests.control.fakes import PowerNode
 from tests.scaleout.conftest import SANDBOX, NodeServing, remote
 from tests.scaleout.test_node_auth import SEAM_PATHS
@@ -344,3 +345,34 @@ def test_space_node_refuses_a_token_and_a_trust_key_together(
     assert done.returncode == 2
     assert "not both" in done.stderr
     assert "t" * 64 not in done.stderr
+
+
+async def test_the_control_plane_drives_each_registered_node_with_a_token_for_it(
+    tmp_path: Path, fake: PowerNode, key: Ed25519PrivateKey
+) -> None:
+    """`space api`/`space controller`'s connector with a signing key: node A's client is
+    served by A, and the same key's token for A is refused by B."""
+    path = tmp_path / "signing.pem"
+    path.write_bytes(_pem_private(key))
+    path.chmod(0o600)
+    settings = Settings(cluster=ClusterConfig(node_signing_key_file=path))
+    connect = _connector(settings)
+    clock = Clock(time.time())
+    async with (
+        signed_node(fake, key, "node-a", clock) as node_a,
+        signed_node(PowerNode(), key, "node-b", clock) as node_b,
+    ):
+        at = datetime.datetime.now(datetime.UTC)
+        for url, served in ((node_a.url, True), (node_b.url, False)):
+            client = connect(
+                NodeInfo("id", "node-a", url, NodeState.READY, Capacity(1, 0, 0, 0), at)
+            )
+            await client.open()
+            try:
+                if served:
+                    assert await client.observe() == list(fake.vms.values())
+                else:
+                    with pytest.raises(NodeError, match="Unauthorized"):
+                        await client.observe()
+            finally:
+                await client.aclose()
