@@ -39,6 +39,7 @@ from space.seam.protocol import NodeClient
 
 if TYPE_CHECKING:
     from space.control.leader import Fence
+    from space.node.auth import Gate
     from space.node.local import LocalNode
     from space.node.network.egress import EgressConfig
     from space.node.templates import Progress
@@ -482,18 +483,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_node(args: argparse.Namespace) -> int:
     """This host's node worker served over HTTP on `SPACE_NODE_LISTEN` (`--host`/`--port`
-    override it), behind the node token, registered and heartbeating as `space up`'s;
-    refused without a token or on a host that fails `space doctor`'s checks."""
+    override it), behind its gate (the node token, or tokens the control plane signs for
+    it), registered and heartbeating as `space up`'s; refused without a token or trust
+    key or on a host that fails `space doctor`'s checks."""
+    from space.node.auth import gate_of
+
     settings = settings_from(args)
     try:
-        token = settings.node_link.read_token()
+        gate = gate_of(settings.node_link, settings.cluster.own_node_name)
     except NodeTokenError as exc:
         err(f"error: {exc}")
         return 2
     if _host_refused(args):
         return 3
     listen = _listen(settings.node_link, args)
-    asyncio.run(_serve_node(_addressed(prepare_server(args), listen), token, listen))
+    asyncio.run(_serve_node(_addressed(prepare_server(args), listen), gate, listen))
     return 0
 
 
@@ -516,12 +520,12 @@ def _listen(link: NodeLinkConfig, args: argparse.Namespace) -> tuple[str, int]:
     return args.node_host or host, port if args.node_port is None else args.node_port
 
 
-async def _serve_node(settings: Settings, token: str, listen: tuple[str, int]) -> None:
+async def _serve_node(settings: Settings, gate: Gate, listen: tuple[str, int]) -> None:
     from space.node.server import create_node_app
     from space.node.server_io import WS_MAX_FRAME
 
     async with _hosted_node(settings) as (node, _db):
-        app = create_node_app(node, token, settings.node_link)
+        app = create_node_app(node, gate, settings.node_link)
         out(f"SPACE node listening on http://{listen[0]}:{listen[1]}")
         drain = settings.node_link.drain_seconds  # process streams last as long as the process
         await _uvicorn_at(app, listen, ws_max_size=WS_MAX_FRAME, drain=drain)

@@ -224,15 +224,17 @@ class NodeLinkConfig(BaseSettings):
         process builds its node in-process, as before), `SPACE_NODE_LISTEN` (host:port
         `space node` serves on), the per-node bearer token in `SPACE_NODE_TOKEN_FILE`
         (refused when group or others may read it) or `SPACE_NODE_TOKEN`, at least
-        `MIN_NODE_TOKEN` characters. Bounds: `max_message_bytes` for one JSON message or
-        stream line (either way), `max_upload_bytes` for one `write_file` body,
+        `MIN_NODE_TOKEN` characters, or instead, on a node, `SPACE_NODE_TRUST_KEY_FILE`: the
+        control plane's Ed25519 public key (PEM), which the tokens it signs for this node
+        by name are checked with (`space.node.auth`). Bounds: `max_message_bytes` for
+        one JSON message or stream line (either way), `max_upload_bytes` for one `write_file` body,
         `max_handles` open process streams a node serves, `max_connections` pooled
     connections for unary calls and `max_streams` for streams a client holds; timeouts
         in seconds: `connect_timeout`, `call_timeout` for a unary call (not `exec`, which
         its own timeout bounds, nor streams, which last as long as their process)."""
 
     model_config = SettingsConfigDict(
-        env_prefix="SPACE_NODE_", extra="ignore", populate_by_name=True
+        env_prefix="SPACE_NODE_", extra="ignore", populate_by_name=True, hide_input_in_errors=True
     )
 
     url: str = Field(
@@ -245,6 +247,7 @@ class NodeLinkConfig(BaseSettings):
     )
     token: SecretStr | None = Field(default=None, validation_alias="SPACE_NODE_TOKEN")
     token_file: Path | None = Field(default=None, validation_alias="SPACE_NODE_TOKEN_FILE")
+    trust_key_file: Path | None = Field(default=None, validation_alias="SPACE_NODE_TRUST_KEY_FILE")
     connect_timeout: float = Field(
         default=5.0, gt=0, le=600, validation_alias="SPACE_NODE_CONNECT_TIMEOUT"
     )
@@ -288,9 +291,17 @@ class NodeLinkConfig(BaseSettings):
             if self.token is None:
                 raise NodeTokenError(
                     "no node token: set SPACE_NODE_TOKEN_FILE (a 0600 file) or SPACE_NODE_TOKEN"
+                    " (or, on a node, SPACE_NODE_TRUST_KEY_FILE)"
                 )
             return self.token.get_secret_value()
         return _token_from(self.token_file)
+
+    def read_trust_key(self) -> bytes:
+        """`SPACE_NODE_TRUST_KEY_FILE`'s PEM (public: any mode); NodeTokenError if unset
+        or unreadable."""
+        if self.trust_key_file is None:
+            raise NodeTokenError("set SPACE_NODE_TRUST_KEY_FILE")
+        return _read_bounded(self.trust_key_file, "SPACE_NODE_TRUST_KEY_FILE")
 
 
 #: The shortest node token accepted (`openssl rand -hex 32` makes 64 characters).
@@ -311,20 +322,44 @@ def node_token(tokens_dir: Path, name: str) -> str:
 
 def _token_from(path: Path, what: str = "SPACE_NODE_TOKEN_FILE") -> str:
     try:
-        mode = path.stat().st_mode
-        if mode & 0o077:
-            raise NodeTokenError(
-                f"{what} {path} is readable by group or others "
-                f"(mode {mode & 0o777:o}); chmod 600 {path}"
-            )
-        token = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
+        token = _read_private(path, what).decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
         raise NodeTokenError(f"{what} {path}: {exc}") from None
     if len(token) < MIN_NODE_TOKEN:
         raise NodeTokenError(
             f"{what} {path}: the token must be at least {MIN_NODE_TOKEN} characters"
         )
     return token
+
+
+#: The most bytes read from a token or key file.
+MAX_SECRET_FILE = 16 * 1024
+
+
+def _read_private(path: Path, what: str) -> bytes:
+    """`path`'s bytes; NodeTokenError if group or others may read it, or it is unreadable."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise NodeTokenError(f"{what} {path}: {exc}") from None
+    if mode & 0o077:
+        raise NodeTokenError(
+            f"{what} {path} is readable by group or others "
+            f"(mode {mode & 0o777:o}); chmod 600 {path}"
+        )
+    return _read_bounded(path, what)
+
+
+def _read_bounded(path: Path, what: str) -> bytes:
+    """At most `MAX_SECRET_FILE` bytes of `path`; NodeTokenError if unreadable or longer."""
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_SECRET_FILE + 1)
+    except OSError as exc:
+        raise NodeTokenError(f"{what} {path}: {exc}") from None
+    if len(data) > MAX_SECRET_FILE:
+        raise NodeTokenError(f"{what} {path}: longer than {MAX_SECRET_FILE} bytes")
+    return data
 
 
 class KeysConfig(BaseSettings):
@@ -466,15 +501,19 @@ class ClusterConfig(BaseSettings):
     stops acting once `renew_deadline_seconds` pass without a renewal, before anyone
     else can take the lease. Node registry: a node reports itself as `node_name`
     (default: the host name) at `node_address` every `heartbeat_seconds`; one silent
-    for `lost_after_seconds` is marked lost. With `node_tokens_dir` or `node_token`,
-    `space api` and `space controller` drive every registered node
+    for `lost_after_seconds` is marked lost. With one of `node_tokens_dir`, `node_token`
+    and `node_signing_key_file`, `space api` and `space controller` drive every registered node
     (`space.control.cluster`), node N at its registered address with the token in the
-    0600 file `node_tokens_dir/N` (a token per node), or else `node_token` (one token
-    for every node: any node's token then opens all of them), re-reading the registry
-    every `refresh_seconds`.
+    0600 file `node_tokens_dir/N` (a token per node), or `node_token` (one token for
+    every node: any node's token then opens all of them), or `node_signing_key_file`
+    (an Ed25519 private key, PEM in a 0600 file: a short-lived token signed for each
+    node by name, `space.seam.signing`; the nodes hold only the public key), re-reading
+    the registry every `refresh_seconds`.
     """
 
-    model_config = SettingsConfigDict(env_prefix="SPACE_CLUSTER_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SPACE_CLUSTER_", extra="ignore", hide_input_in_errors=True
+    )
 
     lease_seconds: float = Field(default=15.0, gt=0)
     renew_deadline_seconds: float = Field(default=10.0, gt=0)
@@ -485,6 +524,7 @@ class ClusterConfig(BaseSettings):
     lost_after_seconds: float = Field(default=60.0, gt=0)
     node_tokens_dir: Path | None = None
     node_token: SecretStr | None = None
+    node_signing_key_file: Path | None = None
     refresh_seconds: float = Field(default=5.0, gt=0, le=3600)
 
     @property
@@ -495,7 +535,13 @@ class ClusterConfig(BaseSettings):
     @property
     def drives_nodes(self) -> bool:
         """Whether this control-plane process drives every registered node."""
-        return self.node_tokens_dir is not None or self.node_token is not None
+        return self.node_credentials > 0
+
+    @property
+    def node_credentials(self) -> int:
+        """How many of the three ways to authenticate to the nodes are set."""
+        ways = (self.node_tokens_dir, self.node_token, self.node_signing_key_file)
+        return sum(way is not None for way in ways)
 
     def token_for(self, name: str) -> str:
         """The token node `name` answers to (NodeTokenError if there is none usable)."""
@@ -505,6 +551,13 @@ class ClusterConfig(BaseSettings):
             raise NodeTokenError("set SPACE_CLUSTER_NODE_TOKENS_DIR or SPACE_CLUSTER_NODE_TOKEN")
         return self.node_token.get_secret_value()
 
+    def read_signing_key(self) -> bytes:
+        """`node_signing_key_file`'s PEM (NodeTokenError if unset, unreadable, or group
+        or others may read it)."""
+        if self.node_signing_key_file is None:
+            raise NodeTokenError("set SPACE_CLUSTER_NODE_SIGNING_KEY_FILE")
+        return _read_private(self.node_signing_key_file, "SPACE_CLUSTER_NODE_SIGNING_KEY_FILE")
+
     @model_validator(mode="after")
     def _ordered(self) -> ClusterConfig:
         if not self.retry_seconds < self.renew_deadline_seconds < self.lease_seconds:
@@ -513,9 +566,10 @@ class ClusterConfig(BaseSettings):
             )
         if self.lost_after_seconds <= self.heartbeat_seconds:
             raise ValueError("SPACE_CLUSTER_LOST_AFTER_SECONDS must exceed HEARTBEAT_SECONDS")
-        if self.node_tokens_dir is not None and self.node_token is not None:
+        if self.node_credentials > 1:
             raise ValueError(
-                "set SPACE_CLUSTER_NODE_TOKENS_DIR or SPACE_CLUSTER_NODE_TOKEN, not both"
+                "set one of SPACE_CLUSTER_NODE_TOKENS_DIR, SPACE_CLUSTER_NODE_TOKEN and"
+                " SPACE_CLUSTER_NODE_SIGNING_KEY_FILE"
             )
         if self.node_token is not None and len(self.node_token.get_secret_value()) < MIN_NODE_TOKEN:
             raise ValueError(

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from space.config import Settings
+from space.seam import signing
 
 pytestmark = pytest.mark.scaleout
 
@@ -85,7 +86,8 @@ def test_commands_probes_and_node_privileges() -> None:
         for probe in ("livenessProbe", "readinessProbe"):
             assert container(workload)[probe]["httpGet"] == {"path": "/healthz", "port": port}
     assert container(node)["securityContext"]["privileged"] is True
-    host = {v["name"]: v["hostPath"] for v in node["spec"]["template"]["spec"]["volumes"]}
+    volumes = node["spec"]["template"]["spec"]["volumes"]
+    host = {v["name"]: v["hostPath"] for v in volumes if "hostPath" in v}
     assert host["dev-kvm"] == {"path": "/dev/kvm", "type": "CharDevice"}
     assert host["dev-net-tun"] == {"path": "/dev/net/tun", "type": "CharDevice"}
     assert host["dev-loop-control"]["path"] == "/dev/loop-control"
@@ -129,7 +131,7 @@ def test_database_secret_existing_created_or_refused() -> None:
     api = by_kind(created, "Deployment", "api")
     assert env(api)["SPACE_DATABASE_URL"]["secretKeyRef"]["name"] == "space-postgresql"
     secrets = [d["metadata"]["name"] for d in render() if d["kind"] == "Secret"]
-    assert secrets == ["space-node-token"]  # no database Secret of its own
+    assert secrets == ["space-node-signing-key"]  # no database Secret of its own
     with pytest.raises(subprocess.CalledProcessError) as refused:
         render(sets=("postgresql.existingSecret=",))
     assert "postgresql.existingSecret" in refused.value.stderr
@@ -188,6 +190,11 @@ def test_each_components_environment_is_valid_settings(
             warm = json.loads(env(workload)["SPACE_NODE_WARM_POOL"])
             assert settings.node.warm_pool == warm
             assert settings.accel in ("auto", "kvm", "tcg")
+            assert settings.node_link.trust_key_file is not None
+            assert settings.node_link.token is None and settings.node_link.token_file is None
+        else:
+            assert settings.cluster.node_signing_key_file is not None
+            assert settings.cluster.drives_nodes
         if component == "controller":
             election = env(workload)
             assert settings.cluster.lease_seconds == float(election["SPACE_CLUSTER_LEASE_SECONDS"])
@@ -195,10 +202,11 @@ def test_each_components_environment_is_valid_settings(
 
 @pytest.mark.parametrize("name", sorted(VALUES))
 def test_nodes_and_control_plane_share_the_node_token_and_nodes_are_reachable(name: str) -> None:
-    """A node refuses to start without a token: the chart hands one Secret's key to the
-    nodes (SPACE_NODE_TOKEN) and to the API and controller (SPACE_CLUSTER_NODE_TOKEN),
-    which then drive every registered node at the URL it registers (its pod IP)."""
-    docs = render(*VALUES[name])
+    """`nodeAuth: token`: the chart hands one Secret's key to the nodes (SPACE_NODE_TOKEN)
+    and to the API and controller (SPACE_CLUSTER_NODE_TOKEN), which then drive every
+    registered node at the URL it registers (its pod IP)."""
+    docs = render(*VALUES[name], sets=("nodeAuth=token",))
+    assert not [d for d in docs if d["kind"] == "ConfigMap"]
     node = by_kind(docs, "DaemonSet", "node")
     refs = [env(node)["SPACE_NODE_TOKEN"]["secretKeyRef"]]
     for component in ("api", "controller"):
@@ -213,9 +221,125 @@ def test_nodes_and_control_plane_share_the_node_token_and_nodes_are_reachable(na
     assert container(node)["args"][2:4] == ["--host", "0.0.0.0"]
     port = str(container(node)["ports"][0]["containerPort"])
     assert env(node)["SPACE_CLUSTER_NODE_ADDRESS"] == f"http://$(POD_IP):{port}"
-    kept = render(*VALUES[name], sets=("nodeToken.existingSecret=mine",))
+    kept = render(*VALUES[name], sets=("nodeAuth=token", "nodeToken.existingSecret=mine"))
     assert not [d for d in kept if d["kind"] == "Secret" and d["metadata"]["name"] == "mine"]
     assert (
         env(by_kind(kept, "DaemonSet", "node"))["SPACE_NODE_TOKEN"]["secretKeyRef"]["name"]
         == "mine"
     )
+
+
+def pod(workload: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def mounted_file(workload: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
+    """The volume `path` (in the workload's container) lies on, and its path in it."""
+    (mount,) = [
+        m for m in container(workload)["volumeMounts"] if path.startswith(m["mountPath"] + "/")
+    ]
+    (volume,) = [v for v in pod(workload)["volumes"] if v["name"] == mount["name"]]
+    return volume, path[len(mount["mountPath"]) + 1 :]
+
+
+def signing_pair(docs: list[dict[str, Any]]) -> tuple[bytes, bytes]:
+    secret = by_kind(docs, "Secret", "node-signing-key")
+    config_map = by_kind(docs, "ConfigMap", "node-trust-key")
+    private = base64.b64decode(secret["data"]["signing-key.pem"])
+    return private, config_map["data"]["trust-key.pem"].encode()
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_signed_mode_by_default_private_key_only_in_control_plane_pods(name: str) -> None:
+    """The default: the API and controller read the generated private key from a 0600
+    copy an init container makes of the Secret; the nodes read only the ConfigMap's
+    public key; a token the control plane mints with the one verifies with the other."""
+    docs = render(*VALUES[name])
+    assert not [d for d in docs if d["metadata"]["name"] == "space-node-token"]
+    private, public = signing_pair(docs)
+    token = signing.mint(signing.private_key(private), "worker-1", 1e9)
+    signing.verify(signing.public_key(public), token, "worker-1", 1e9)
+    for component in ("api", "controller"):
+        workload = by_kind(docs, "Deployment", component)
+        path = env(workload)["SPACE_CLUSTER_NODE_SIGNING_KEY_FILE"]
+        volume, _ = mounted_file(workload, path)
+        assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
+        (init,) = pod(workload)["initContainers"]
+        assert init["command"][-1].endswith(f"> {path}") and "umask 077" in init["command"][-1]
+        assert (
+            init["securityContext"]["runAsUser"]
+            == container(workload)["securityContext"]["runAsUser"]
+        )
+        secrets = [v["secret"] for v in pod(workload)["volumes"] if "secret" in v]
+        assert [s["secretName"] for s in secrets] == ["space-node-signing-key"]
+        assert "SPACE_CLUSTER_NODE_TOKEN" not in env(workload)
+    node = by_kind(docs, "DaemonSet", "node")
+    volume, key = mounted_file(node, env(node)["SPACE_NODE_TRUST_KEY_FILE"])
+    assert volume["configMap"]["name"] == "space-node-trust-key"
+    assert volume["configMap"]["items"] == [{"key": "trust-key.pem", "path": key}]
+    assert "SPACE_NODE_TOKEN" not in env(node)
+    assert_no_private_key_in(node, private)
+
+
+def assert_no_private_key_in(node: dict[str, Any], private: bytes) -> None:
+    """Nothing in the node's pod names the signing Secret or holds the key."""
+    text = json.dumps(node)
+    assert "node-signing" not in text and "SIGNING" not in text
+    assert base64.b64encode(private).decode() not in text and private.decode() not in text
+    assert not pod(node).get("initContainers")
+    assert not [v for v in pod(node)["volumes"] if "secret" in v or "projected" in v]
+    assert not container(node).get("envFrom")
+
+
+def test_own_signing_key_is_used_and_needs_both_halves() -> None:
+    sets = ("nodeSigningKey.existingSecret=my-key", "nodeSigningKey.existingConfigMap=my-pub")
+    docs = render(sets=sets)
+    assert not [d for d in docs if d["kind"] in ("Secret", "ConfigMap")]
+    api, node = by_kind(docs, "Deployment", "api"), by_kind(docs, "DaemonSet", "node")
+    assert [v["secret"]["secretName"] for v in pod(api)["volumes"] if "secret" in v] == ["my-key"]
+    assert (
+        mounted_file(node, env(node)["SPACE_NODE_TRUST_KEY_FILE"])[0]["configMap"]["name"]
+        == "my-pub"
+    )
+    assert "my-key" not in json.dumps(node)
+    for half in sets:
+        with pytest.raises(subprocess.CalledProcessError) as refused:
+            render(sets=(half,))
+        assert "nodeSigningKey.existingSecret and nodeSigningKey.existingConfigMap" in (
+            refused.value.stderr
+        )
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        render(sets=("nodeAuth=shared",))
+    assert "nodeAuth is signed or token" in refused.value.stderr
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_shared_snapshots_off_by_default_nfs_or_a_claim(name: str) -> None:
+    node = by_kind(render(*VALUES[name]), "DaemonSet", "node")
+    assert "SPACE_NODE_SHARED_SNAPSHOTS" not in env(node)
+    assert "shared-snapshots" not in json.dumps(node)
+    nfs = ("node.sharedSnapshots.nfs.server=10.0.0.9", "node.sharedSnapshots.nfs.path=/snap")
+    claim = ("node.sharedSnapshots.existingClaim=snapshots",)
+    for sets, source in (
+        (nfs, {"nfs": {"server": "10.0.0.9", "path": "/snap"}}),
+        (claim, {"persistentVolumeClaim": {"claimName": "snapshots"}}),
+    ):
+        docs = render(*VALUES[name], sets=sets)
+        node = by_kind(docs, "DaemonSet", "node")
+        path = env(node)["SPACE_NODE_SHARED_SNAPSHOTS"]
+        assert path == "/var/lib/space-shared"
+        (volume,) = [v for v in pod(node)["volumes"] if v["name"] == "shared-snapshots"]
+        assert volume == {"name": "shared-snapshots", **source}
+        assert {"name": "shared-snapshots", "mountPath": path} in container(node)["volumeMounts"]
+        for doc in docs:
+            kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        render(sets=nfs + claim)
+    assert "not both" in refused.value.stderr
+
+
+@pytest.mark.parametrize("sets", [(), ("nodeAuth=token",)])
+def test_every_object_validates_in_both_auth_modes(sets: tuple[str, ...]) -> None:
+    for doc in render(sets=sets):
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)

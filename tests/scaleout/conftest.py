@@ -7,14 +7,15 @@ from __future__ import annotations
 import asyncio
 import secrets
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import pytest
 import uvicorn
 
 from space.config import NodeLinkConfig
-from space.node.server import BearerAuth, NodeServer
+from space.node.auth import BearerAuth, Gate
+from space.node.server import NodeServer
 from space.node.server_io import WS_MAX_FRAME
 from space.seam.protocol import NodeClient
 from space.seam.remote import RemoteNode
@@ -28,9 +29,11 @@ SANDBOX = "sb-one"
 class NodeServing:
     """uvicorn serving the node app (as `create_node_app` makes it) until `stop()`."""
 
-    def __init__(self, node: NodeClient, token: str, config: NodeLinkConfig, port: int = 0):
+    def __init__(
+        self, node: NodeClient, gate: Gate | str, config: NodeLinkConfig, port: int = 0
+    ) -> None:
         self.server = NodeServer(node, config)
-        self._app = BearerAuth(self.server.app(), token)
+        self._app = BearerAuth(self.server.app(), gate)
         self._port = port
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
@@ -77,7 +80,9 @@ async def serving(
 
 
 @asynccontextmanager
-async def remote(url: str, token: str, **options: object) -> AsyncIterator[RemoteNode]:
+async def remote(
+    url: str, token: str | Callable[[], str], **options: object
+) -> AsyncIterator[RemoteNode]:
     node = RemoteNode(url, token, **options)  # type: ignore[arg-type]
     await node.open()
     try:

@@ -13,8 +13,9 @@
                                   frame `eof` for a half close
     GET  /healthz                 `{"status": "ok"}` (liveness only, no token)
 
-Every other request needs `Authorization: Bearer <node token>` (compared in constant
-time), else 401 JSON before anything is read. Errors answer
+Every other request needs `Authorization: Bearer <token>` that the node's gate admits
+(`space.node.auth`: the node token, or a token the control plane signed for this node),
+else 401 JSON before anything is read. Errors answer
 `{"error": {"type", "message", "fields"}}` (`space.seam.wire`), 404 for an unknown
 sandbox, 413 past `max_message_bytes` (JSON) or `max_upload_bytes` (a file). The node
 acts on what it holds only: a sandbox id it does not know is `SandboxNotFound`.
@@ -23,7 +24,6 @@ acts on what it holds only: a sandbox id it does not know is `SandboxNotFound`.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -33,10 +33,11 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
-from space.config import MIN_NODE_TOKEN, NodeLinkConfig, NodeTokenError
+from space.config import NodeLinkConfig
+from space.node.auth import BearerAuth, Gate
 from space.node.server_io import (
     CountedBody,
     Stream,
@@ -60,49 +61,10 @@ JSON = "application/json"
 NDJSON = "application/x-ndjson"
 
 
-def create_node_app(node: NodeClient, token: str, config: NodeLinkConfig) -> ASGIApp:
-    """The node's ASGI app, behind the token check."""
+def create_node_app(node: NodeClient, gate: Gate | str, config: NodeLinkConfig) -> ASGIApp:
+    """The node's ASGI app, behind `gate` (a node token: `TokenGate`)."""
     server = NodeServer(node, config)
-    return BearerAuth(server.app(), token)
-
-
-class BearerAuth:
-    """401 JSON for a request without the node token (before its body is read). A token
-    shorter than `MIN_NODE_TOKEN` is refused here too: never an open node by mistake."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        if len(token) < MIN_NODE_TOKEN:
-            raise NodeTokenError(f"a node token has at least {MIN_NODE_TOKEN} characters")
-        self._app = app
-        self._expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or scope["path"] == "/healthz":
-            await self._app(scope, receive, send)
-            return
-        offered = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if hmac.compare_digest(offered, self._expected):
-            await self._app(scope, receive, send)
-            return
-        body = wire.dumps(_unauthorized())
-        if scope["type"] == "http":
-            await _send_json(send, "http.response", 401, body)
-        elif "websocket.http.response" in scope.get("extensions", {}):
-            await receive()  # websocket.connect
-            await _send_json(send, "websocket.http.response", 401, body)
-        else:
-            await send({"type": "websocket.close", "code": 1008, "reason": "401 unauthorized"})
-
-
-def _unauthorized() -> dict[str, Any]:
-    message = "missing or wrong node token (Authorization: Bearer <SPACE_NODE_TOKEN>)"
-    return {"error": {"type": "Unauthorized", "message": message, "fields": {}}}
-
-
-async def _send_json(send: Send, kind: str, status: int, body: bytes) -> None:
-    headers = [(b"content-type", JSON.encode()), (b"content-length", str(len(body)).encode())]
-    await send({"type": f"{kind}.start", "status": status, "headers": headers})
-    await send({"type": f"{kind}.body", "body": body})
+    return BearerAuth(server.app(), gate)
 
 
 class NodeServer:

@@ -14,6 +14,10 @@ a node that cannot be reached, resets the connection or times out is
 `NodeUnreachable` (a `NodeError`: the API answers 502 naming the node); a node
 answering outside the wire format is a `NodeError`.
 
+Authentication: `Authorization: Bearer <token>` on every request and the tunnel's
+handshake, the token asked of `token` each time when it is a callable (a
+`space.seam.signing.NodeToken` re-mints before expiry), else the one fixed string.
+
 `warm_pool_stats` is synchronous in the protocol: here it is what the node reported
 last (on every `observe`, and every `stats_interval` seconds in the background).
 """
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
@@ -60,7 +64,7 @@ class RemoteNode:
     def __init__(
         self,
         url: str,
-        token: str,
+        token: str | Callable[[], str],
         *,
         connect_timeout: float = 5.0,
         call_timeout: float = 300.0,
@@ -70,7 +74,7 @@ class RemoteNode:
         stats_interval: float = 10.0,
     ) -> None:
         self.url = url.rstrip("/")
-        self._token = token
+        self._auth = _Bearer(token)
         self._connect_timeout = connect_timeout
         self._call_timeout = call_timeout
         self.max_message_bytes = max_message_bytes
@@ -90,7 +94,7 @@ class RemoteNode:
     def _client(self, size: int) -> httpx.AsyncClient:
         return httpx.AsyncClient(
             base_url=self.url,
-            headers={"authorization": f"Bearer {self._token}"},
+            auth=self._auth,
             timeout=httpx.Timeout(self._call_timeout, connect=self._connect_timeout),
             limits=httpx.Limits(max_connections=size, max_keepalive_connections=size),
             trust_env=False,
@@ -101,7 +105,11 @@ class RemoteNode:
         task.add_done_callback(self._tasks.discard)
 
     async def _poll_warm(self) -> None:
-        """`warm_pool_stats` is synchronous: refresh what it answers in the background."""
+        """Authentication: `Authorization: Bearer <token>` on every request and the tunnel's
+        handshake, the token asked of `token` each time when it is a callable (a
+        `space.seam.signing.NodeToken` re-mints before expiry), else the one fixed string.
+
+        `warm_pool_stats` is synchronous: refresh what it answers in the background."""
         while True:
             try:
                 self._warm = await self.call(wire.WARM_POOL_STATS)
@@ -340,7 +348,7 @@ class RemoteNode:
         with self.converted():
             return await open_tunnel(
                 httpx.URL(self.url).join(f"{wire.OPEN_PORT.path}?{query}"),
-                self._token,
+                self._auth.token(),
                 tasks=self._tasks,
                 connect_timeout=self._connect_timeout,
                 max_message_bytes=self.max_message_bytes,
@@ -367,6 +375,17 @@ class RemoteNode:
 
     async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
         return await self.call(wire.PROCESSES, sandbox_id=sandbox_id)
+
+
+class _Bearer(httpx.Auth):
+    """`Authorization: Bearer <token>` on each request, the token as of that request."""
+
+    def __init__(self, token: str | Callable[[], str]) -> None:
+        self.token: Callable[[], str] = token if callable(token) else lambda: token
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["authorization"] = f"Bearer {self.token()}"
+        yield request
 
 
 async def _bytes(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:

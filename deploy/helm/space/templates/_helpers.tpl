@@ -39,6 +39,128 @@ app.kubernetes.io/component: {{ .component }}
 {{- .Values.nodeToken.existingSecret | default (printf "%s-node-token" (include "space.fullname" .)) -}}
 {{- end -}}
 
+{{/* `nodeAuth`, checked: signed | token. */}}
+{{- define "space.nodeAuth" -}}
+{{- if has .Values.nodeAuth (list "signed" "token") -}}
+{{- .Values.nodeAuth -}}
+{{- else -}}
+{{- fail (printf "nodeAuth is signed or token, not %q" (toString .Values.nodeAuth)) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "space.nodeSigningSecret" -}}
+{{- $key := .Values.nodeSigningKey -}}
+{{- if ne (empty $key.existingSecret) (empty $key.existingConfigMap) -}}
+{{- fail "set both nodeSigningKey.existingSecret and nodeSigningKey.existingConfigMap, or neither" -}}
+{{- end -}}
+{{- $key.existingSecret | default (printf "%s-node-signing-key" (include "space.fullname" .)) -}}
+{{- end -}}
+
+{{- define "space.nodeTrustConfigMap" -}}
+{{- .Values.nodeSigningKey.existingConfigMap | default (printf "%s-node-trust-key" (include "space.fullname" .)) -}}
+{{- end -}}
+
+{{/* The API's and controller's credential for the nodes: the env. */}}
+{{- define "space.nodeClientEnv" -}}
+{{- if eq (include "space.nodeAuth" .) "signed" -}}
+- name: SPACE_CLUSTER_NODE_SIGNING_KEY_FILE
+  value: /run/space-signing/signing-key.pem
+{{- else -}}
+{{- include "space.nodeTokenEnv" (dict "root" . "name" "SPACE_CLUSTER_NODE_TOKEN") }}
+{{- end -}}
+{{- end -}}
+
+{{/* `nodeAuth: signed`: an init container copies the key from its Secret into a memory
+volume as a 0600 file of the container's user (a Secret volume's files are group-readable
+under the pod's fsGroup, which SPACE refuses for a key). */}}
+{{- define "space.nodeClientInit" -}}
+{{- if eq (include "space.nodeAuth" .) "signed" -}}
+initContainers:
+  - name: node-signing-key
+    image: {{ include "space.image" . }}
+    imagePullPolicy: {{ .Values.image.pullPolicy }}
+    command: ["sh", "-c", "umask 077 && cat /etc/space/node-signing-secret/key > /run/space-signing/signing-key.pem"]
+    resources:
+      requests: {cpu: 10m, memory: 16Mi}
+      limits: {cpu: 100m, memory: 64Mi}
+    {{- include "space.restricted" . | nindent 4 }}
+    volumeMounts:
+      - name: node-signing-secret
+        mountPath: /etc/space/node-signing-secret
+        readOnly: true
+      - name: node-signing
+        mountPath: /run/space-signing
+{{- end -}}
+{{- end -}}
+
+{{- define "space.nodeClientMounts" -}}
+{{- if eq (include "space.nodeAuth" .) "signed" -}}
+- name: node-signing
+  mountPath: /run/space-signing
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{- define "space.nodeClientVolumes" -}}
+{{- if eq (include "space.nodeAuth" .) "signed" -}}
+- name: node-signing-secret
+  secret:
+    secretName: {{ include "space.nodeSigningSecret" . }}
+    defaultMode: 256  # 0400 (0440 under the fsGroup)
+    items:
+      - key: {{ .Values.nodeSigningKey.existingSecretKey }}
+        path: key
+- name: node-signing
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
+{{- end -}}
+{{- end -}}
+
+{{/* A node's credential: the env, the mount and the volume. */}}
+{{- define "space.nodeEnv" -}}
+{{- if eq (include "space.nodeAuth" .) "signed" -}}
+- name: SPACE_NODE_TRUST_KEY_FILE
+  value: /etc/space/node-trust/trust-key.pem
+{{- else -}}
+{{- include "space.nodeTokenEnv" (dict "root" . "name" "SPACE_NODE_TOKEN") }}
+{{- end -}}
+{{- end -}}
+
+{{- define "space.nodeMounts" -}}
+{{- if eq (include "space.nodeAuth" .) "signed" -}}
+- name: node-trust
+  mountPath: /etc/space/node-trust
+  readOnly: true
+{{- end -}}
+{{- end -}}
+
+{{- define "space.nodeVolumes" -}}
+{{- if eq (include "space.nodeAuth" .) "signed" -}}
+- name: node-trust
+  configMap:
+    name: {{ include "space.nodeTrustConfigMap" . }}
+    items:
+      - key: {{ .Values.nodeSigningKey.existingConfigMapKey }}
+        path: trust-key.pem
+{{- end -}}
+{{- end -}}
+
+{{/* `node.sharedSnapshots`'s volume source (nfs or a claim), empty when off. */}}
+{{- define "space.sharedSnapshots" -}}
+{{- $shared := .Values.node.sharedSnapshots -}}
+{{- if and $shared.nfs.server $shared.existingClaim -}}
+{{- fail "node.sharedSnapshots: set nfs.server or existingClaim, not both" -}}
+{{- else if $shared.nfs.server -}}
+nfs:
+  server: {{ $shared.nfs.server | quote }}
+  path: {{ $shared.nfs.path | quote }}
+{{- else if $shared.existingClaim -}}
+persistentVolumeClaim:
+  claimName: {{ $shared.existingClaim | quote }}
+{{- end -}}
+{{- end -}}
+
 {{/* The node token, as the variable `name` (the nodes' and the control plane's). */}}
 {{- define "space.nodeTokenEnv" -}}
 - name: {{ .name }}
