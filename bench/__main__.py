@@ -3,8 +3,8 @@
     sudo SPACE_ACCEL=tcg .venv/bin/python -m bench all [--json FILE] [--full]
 
 Runs bench.runtime, bench.create_latency, bench.api, bench.gateway,
-bench.credentials, bench.ingress, bench.density, bench.interpreter, bench.fork and
-bench.scaleout one after another, with counts small enough for about ten minutes on
+bench.credentials, bench.ingress, bench.density, bench.interpreter, bench.fork,
+bench.recipe and bench.scaleout one after another, with counts small enough for about ten minutes on
 a 2-core TCG host (`--full`: each module's own defaults). A section that fails is reported and the
 others still run: a benchmark never fails anything. `--json FILE` (`-` for stdout)
 writes every figure (name, unit, percentiles or value) and every printed line, per
@@ -32,6 +32,7 @@ from bench import (
     gateway,
     ingress,
     interpreter,
+    recipe,
     runtime,
     scaleout,
 )
@@ -82,6 +83,10 @@ def _fork(full: bool) -> None:
     fork.main(5 if full else 2, 5 if full else 3)
 
 
+def _recipe(full: bool) -> None:
+    recipe.main(10 if full else 4)
+
+
 SECTIONS: dict[str, Section] = {
     "runtime": _runtime,
     "create_latency": _create_latency,
@@ -92,6 +97,7 @@ SECTIONS: dict[str, Section] = {
     "density": _density,
     "interpreter": _interpreter,
     "fork": _fork,
+    "recipe": _recipe,
     "scaleout": _scaleout,
 }
 

@@ -42,8 +42,10 @@ def _lower(cache_dir: Path) -> bytes:
 def busybox_archive(cache_dir: Path, path: Path) -> Path:
     """Write the two-layer OCI archive to `path`."""
     upper = layer_tar([file("etc/.wh.doomed")])
-    config = {"Env": [f"GREETING={GREETING}"], "User": "alice", "WorkingDir": WORKDIR}
-    return oci_layout([_lower(cache_dir), upper], **config).write_archive(path)
+    layout = oci_layout(
+        [_lower(cache_dir), upper], Env=[f"GREETING={GREETING}"], User="alice", WorkingDir=WORKDIR
+    )
+    return layout.write_archive(path)
 
 
 def private_cache(path: Path) -> Path:
