@@ -43,7 +43,7 @@ from space.node.recovery import Recovery
 from space.node.sandbox import Sandbox
 from space.node.templates.registry import Version
 from space.node.vmm.base import VmHandle, VmmError
-from space.node.volumes import Volumes
+from space.node.volumes import Volumes, unmount_volumes
 from space.node.warm import WarmPools
 from space.seam.errors import SandboxUnavailable, SnapshotMissing
 from space.seam.protocol import CommandHandle
@@ -163,7 +163,6 @@ class LocalNode:
             return self._host.sandboxes[spec.sandbox_id].observation()
         started = time.perf_counter()
         self._volumes.admit(spec.sandbox_id, spec.volumes)
-        await self._volumes.prepare(spec.volumes)
         image = await self._templates.image(spec.template)
         spec = _sized(spec)
         pooled = _pool_sized(spec) and not spec.volumes  # a warm VM has no volume disks
@@ -208,6 +207,9 @@ class LocalNode:
         return await self._forks.fork(source_id, sandbox_ids)
 
     async def destroy_sandbox(self, sandbox_id: str) -> None:
+        sandbox = self._host.sandboxes.get(sandbox_id)
+        if sandbox is not None:
+            await unmount_volumes(sandbox)  # their journals clean for the next mount
         await self._host.destroy(sandbox_id)
 
     async def observe(self) -> list[SandboxObservation]:

@@ -7,13 +7,14 @@ extra virtio disk (`VolumeMount`: `provision.py` attaches, the agent mounts), so
 is a real filesystem: rename, flock, random writes and mmap behave as on a local
 disk. A clone is a reflink of the image as it is at that moment. One writer at a
 time: `admit` refuses a volume another live (or suspended) sandbox here mounts, after
-the API's own rule; a read-only mount gets its journal replayed on the host first
-(`prepare`), since a read-only device cannot replay it in the guest.
+the API's own rule. The host never reads a volume's filesystem (the tenant writes its
+raw blocks): a read-only mount skips journal replay (`noload`) instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shlex
 import subprocess
@@ -25,10 +26,13 @@ from space.node.storage.reflink import clone_file
 from space.seam.errors import SandboxUnavailable
 from space.seam.values import ExecRequest, VolumeMount
 
+log = logging.getLogger(__name__)
+
 MAX_VOLUME_MB = 1 << 20  # 1 TiB
 MAX_MOUNTS = 4
 LIVE = frozenset({"creating", "running", "paused", "suspended"})
 MOUNT_TIMEOUT = 60.0
+UNMOUNT_TIMEOUT = 10.0
 # Finds the disk by its serial, so the order the guest named the disks in never matters.
 MOUNT = """set -e
 dev=
@@ -61,11 +65,28 @@ def check_mounts(mounts: tuple[VolumeMount, ...]) -> None:
             raise ValueError(f"volume path {mount.path!r} must not hold . or ..")
 
 
+async def unmount_volumes(sandbox: Sandbox) -> None:
+    """Best effort before a running sandbox's VM ends: unmount each volume, or, while
+    a process holds it, remount it read-only (both leave its journal clean). A guest
+    that does not answer in `UNMOUNT_TIMEOUT` is ended all the same."""
+    if not sandbox.record.volumes or sandbox.agent is None or sandbox.state != "running":
+        return
+    paths = " ".join(shlex.quote(m.path) for m in sandbox.record.volumes)
+    script = f'for p in {paths}; do umount "$p" 2>/dev/null || mount -o remount,ro "$p"; done'
+    try:
+        async with asyncio.timeout(UNMOUNT_TIMEOUT):
+            await sandbox.agent.exec(ExecRequest(cmd=script, timeout=UNMOUNT_TIMEOUT))
+    except Exception as exc:
+        log.warning("sandbox %s: volumes not unmounted: %s", sandbox.sandbox_id, exc)
+
+
 async def mount_volumes(sandbox: Sandbox) -> None:
     """Mount each of the sandbox's volumes at its path in the guest (MountFailed)."""
     assert sandbox.agent is not None
     for i, mount in enumerate(sandbox.record.volumes):
-        options = "ro" if mount.read_only else "rw"
+        # A read-only device cannot replay a journal its killed writer left: such a
+        # mount reads the volume as of its last checkpoint. The host never parses it.
+        options = "ro,noload" if mount.read_only else "rw"
         script = MOUNT.format(
             serial=shlex.quote(volume_serial(i)), path=shlex.quote(mount.path), options=options
         )
@@ -116,14 +137,6 @@ class Volumes:
                 state = self._host.sandboxes[holder].state
                 raise SandboxUnavailable(holder, state, f"it mounts volume {mount.volume_id}")
 
-    async def prepare(self, mounts: tuple[VolumeMount, ...]) -> None:
-        """Replay the journal of each volume to be mounted read-only that no sandbox
-        here mounts (its last writer may have ended mid-write; a read-only device
-        cannot replay its own journal in the guest)."""
-        for mount in mounts:
-            if mount.read_only and self.attached(mount.volume_id) is None:
-                await asyncio.to_thread(_replay_journal, self.path(mount.volume_id))
-
     def sweep(self) -> None:
         """Remove images a crash left half made."""
         directory = self._host.data_dir / "pool" / "volumes"
@@ -137,13 +150,6 @@ class Volumes:
             if volume_id in mounts and sandbox.state in LIVE:
                 return sandbox_id
         return None
-
-
-def _replay_journal(image: Path) -> None:
-    argv = ["e2fsck", "-p", "-E", "journal_only", str(image)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
-    if done.returncode >= 4:  # 1 and 2: errors corrected
-        raise MountFailed(f"{image.name}: e2fsck: {(done.stdout + done.stderr).strip()[-500:]}")
 
 
 def _make(image: Path, size_mb: int) -> None:
