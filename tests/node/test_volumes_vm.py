@@ -79,6 +79,11 @@ async def test_a_volume_outlives_its_sandbox_and_behaves_as_a_disk(
         await node.destroy_sandbox(first)
 
         second = await sandboxes(volumes=(VolumeMount(vol, "/mnt/again", read_only=True),))
+        reader = await sandboxes(volumes=(VolumeMount(vol, "/ro", read_only=True),))  # shared
+        assert await sh(node, reader, "cat /ro/v") == f"{value}\n"
+        with pytest.raises(SandboxUnavailable, match="mounts volume"):
+            await sandboxes(volumes=(VolumeMount(vol, "/data"),))  # no writer beside readers
+        await node.destroy_sandbox(reader)
         assert await sh(node, second, "cat /mnt/again/v") == f"{value}\n"
         got = await sh(node, second, "dd if=/mnt/again/mm bs=1 skip=123456 count=5 2>/dev/null")
         assert got == "mmap!"

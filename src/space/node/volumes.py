@@ -127,15 +127,17 @@ class Volumes:
 
     def admit(self, sandbox_id: str, mounts: tuple[VolumeMount, ...]) -> None:
         """Refuse mounts that are malformed (ValueError), of a volume this node lacks
-        (FileNotFoundError) or one another live sandbox here mounts (SandboxUnavailable)."""
+        (FileNotFoundError) or one another live sandbox here mounts, unless it and every
+        other mount of it are read-only (SandboxUnavailable)."""
         check_mounts(mounts)
         for mount in mounts:
             if not self.path(mount.volume_id).exists():
                 raise FileNotFoundError(2, "no such volume on this node", mount.volume_id)
-            holder = self.attached(mount.volume_id)
-            if holder is not None and holder != sandbox_id:
-                state = self._host.sandboxes[holder].state
-                raise SandboxUnavailable(holder, state, f"it mounts volume {mount.volume_id}")
+            for holder, read_only in self.holders(mount.volume_id):
+                if holder != sandbox_id and not (read_only and mount.read_only):
+                    state = self._host.sandboxes[holder].state
+                    why = f"it mounts volume {mount.volume_id}"
+                    raise SandboxUnavailable(holder, state, why)
 
     def sweep(self) -> None:
         """Remove images a crash left half made."""
@@ -144,12 +146,18 @@ class Volumes:
             partial.unlink(missing_ok=True)
 
     def attached(self, volume_id: str) -> str | None:
-        """The live sandbox on this node that mounts `volume_id`, if one does."""
-        for sandbox_id, sandbox in self._host.sandboxes.items():
-            mounts = {m.volume_id for m in sandbox.record.volumes}
-            if volume_id in mounts and sandbox.state in LIVE:
-                return sandbox_id
-        return None
+        """A live sandbox on this node that mounts `volume_id`, if one does."""
+        return next((holder for holder, _ in self.holders(volume_id)), None)
+
+    def holders(self, volume_id: str) -> list[tuple[str, bool]]:
+        """(sandbox id, read-only) of every live sandbox here that mounts `volume_id`."""
+        return [
+            (sandbox_id, mount.read_only)
+            for sandbox_id, sandbox in self._host.sandboxes.items()
+            if sandbox.state in LIVE
+            for mount in sandbox.record.volumes
+            if mount.volume_id == volume_id
+        ]
 
 
 def _make(image: Path, size_mb: int) -> None:
