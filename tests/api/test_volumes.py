@@ -16,13 +16,15 @@ from fastapi import FastAPI
 
 from space.api.errors import ApiError
 from space.api.sandbox_service import SandboxRequest, SandboxService
-from space.api.volume_service import MountRequest
+from space.api.volume_service import MountRequest, VolumeService
 from space.config import LimitsConfig, QuotaConfig, Settings
+from space.control.errors import NodeUnavailable
 from space.seam.values import SandboxObservation, VolumeMount
 from space.store.db import Database
 from space.store.keys import KeyRepo, Principal
 from space.store.models import Volume
 from space.store.sandboxes import NewSandbox
+from space.store.volumes import VolumeRepo
 from tests.control.fakes import FakeNode
 
 
@@ -332,3 +334,28 @@ async def test_concurrent_creates_admit_one_writer_or_all_readers(
     refused = [a for a in answers if isinstance(a, ApiError)]
     assert len(admitted) == (6 if read_only else 1), answers
     assert all(r.code == "volume_in_use" for r in refused)
+
+
+@pytest.mark.parametrize("state", ["creating", "deleting"])
+async def test_a_volume_being_made_or_removed_is_not_mounted(
+    client: httpx.AsyncClient, db: Database, fake_node: FakeNode, state: str
+) -> None:
+    made = await make(client, "data")
+    with db.session() as session:
+        VolumeRepo(session).set_state(made["id"], state)
+    refused = await sandbox(client, {"name": "data", "path": "/data"})
+    assert (refused.status_code, error(refused)["code"]) == (409, "volume_not_ready")
+    clone = await client.post("/v1/volumes/data/clone", json={"name": "copy"})
+    assert (clone.status_code, error(clone)["code"]) == (409, "volume_not_ready")
+    assert fake_node.created == []
+    deleted = await client.delete("/v1/volumes/data")
+    assert deleted.status_code == (409 if state == "creating" else 204)  # a delete retried
+
+
+async def test_without_a_node_volume_changes_are_503(
+    settings: Settings, db: Database, acme: Principal
+) -> None:
+    service = VolumeService(settings, db, None)  # an API-only replica
+    with pytest.raises(NodeUnavailable):
+        await service.create(acme, "data", 8)
+    assert service.list(acme) == []
