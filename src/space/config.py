@@ -62,15 +62,17 @@ class TimeoutConfig(BaseSettings):
 
 class LimitsConfig(BaseSettings):
     """Bounds an operator sets on what one request may ask for (`SPACE_MAX_TIMEOUT`,
-    `SPACE_MAX_EXEC_TIMEOUT`, `SPACE_MAX_JSON_BODY_BYTES`): the longest sandbox
-    `timeout` / `idle_timeout` and exec timeout in seconds, and the largest request
-    body that is not a file upload (uploads: `SPACE_MAX_BODY_BYTES`)."""
+    `SPACE_MAX_EXEC_TIMEOUT`, `SPACE_MAX_JSON_BODY_BYTES`, `SPACE_MAX_VOLUME_MB`): the
+    longest sandbox `timeout` / `idle_timeout` and exec timeout in seconds, the largest
+    request body that is not a file upload (uploads: `SPACE_MAX_BODY_BYTES`), and the
+    largest volume in MiB."""
 
     model_config = SettingsConfigDict(env_prefix="SPACE_MAX_", extra="ignore")
 
     timeout: int = Field(default=30 * 24 * 3600, gt=0, le=2**31 - 1)
     exec_timeout: int = Field(default=24 * 3600, gt=0, le=2**31 - 1)
     json_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    volume_mb: int = Field(default=10 * 1024, gt=0, le=1 << 20)
 
 
 class ControllerConfig(BaseSettings):
@@ -415,17 +417,22 @@ class OrgQuota(BaseModel):
     sandboxes: PositiveInt | None = None
     commands: PositiveInt | None = None
     commands_per_sandbox: PositiveInt | None = None
+    volumes: PositiveInt | None = None
+    volume_mb: PositiveInt | None = None
 
 
 class OrgLimits(BaseModel):
     sandboxes: int
     commands: int
     commands_per_sandbox: int
+    volumes: int
+    volume_mb: int
 
 
 class QuotaConfig(BaseSettings):
     """Per-org admission limits (`SPACE_QUOTA_SANDBOXES`, `SPACE_QUOTA_COMMANDS`,
-    `SPACE_QUOTA_COMMANDS_PER_SANDBOX`); `SPACE_QUOTA_ORGS` (JSON keyed by org name,
+    `SPACE_QUOTA_COMMANDS_PER_SANDBOX`, `SPACE_QUOTA_VOLUMES`, `SPACE_QUOTA_VOLUME_MB`:
+    the MiB of all the org's volumes); `SPACE_QUOTA_ORGS` (JSON keyed by org name,
     e.g. `{"acme": {"sandboxes": 500}}`) overrides them per org. Over a limit the
     API answers 429 `quota_exceeded` naming the quota."""
 
@@ -434,6 +441,8 @@ class QuotaConfig(BaseSettings):
     sandboxes: PositiveInt = 100
     commands: PositiveInt = 1000
     commands_per_sandbox: PositiveInt = 100
+    volumes: PositiveInt = 20
+    volume_mb: PositiveInt = 10 * 1024
     orgs: dict[str, OrgQuota] = Field(default_factory=dict)
 
     def for_org(self, org_name: str) -> OrgLimits:
@@ -443,6 +452,8 @@ class QuotaConfig(BaseSettings):
             sandboxes=override.sandboxes or self.sandboxes,
             commands=override.commands or self.commands,
             commands_per_sandbox=override.commands_per_sandbox or self.commands_per_sandbox,
+            volumes=override.volumes or self.volumes,
+            volume_mb=override.volume_mb or self.volume_mb,
         )
 
 

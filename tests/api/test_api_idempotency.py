@@ -13,6 +13,7 @@ from collections.abc import Callable
 import httpx
 
 from space.api.sandbox_service import SandboxRequest
+from space.api.volume_service import MountRequest
 from space.store.db import Database
 from space.store.models import Sandbox
 from tests.api.test_api_sandboxes import count_rows
@@ -80,13 +81,15 @@ async def test_keys_are_per_org_and_the_e2b_fronts_honour_them(
 
 
 def test_a_digest_without_credentials_is_the_one_stored_before_they_existed() -> None:
-    """A retry under the same key across the upgrades that added `credentials` and
-    `uses` matches."""
+    """A retry under the same key across the upgrades that added `credentials`,
+    `uses` and `volumes` matches."""
     request = SandboxRequest(template="base", env={"A": "1"}, metadata={"m": "x"})
-    new = ("credentials", "uses")
+    new = ("credentials", "uses", "volumes")
     before = {k: v for k, v in dataclasses.asdict(request).items() if k not in new}
     canonical = json.dumps(before, sort_keys=True, separators=(",", ":"))
     assert request.digest() == hashlib.sha256(canonical.encode()).hexdigest()
     assert SandboxRequest(template="base", credentials=()).digest() != (
         SandboxRequest(template="base").digest()
     )
+    mount = MountRequest("volumes", "data", "/data")
+    assert SandboxRequest(volumes=(mount,)).digest() != SandboxRequest().digest()

@@ -1,6 +1,6 @@
 """What only the current SDK (e2b 2.63) calls, against the fake node: a running
 sandbox's network replaced, list v2's start-time, template and order filters,
-fork, template lookups, and the E2B options SPACE refuses with a reason. Not collected
+fork, template lookups, volumes, and the E2B options SPACE refuses with a reason. Not collected
 by default (2.21.1 lacks these calls): test_e2b_sdk_current.py runs it under 2.63."""
 
 from __future__ import annotations
@@ -8,11 +8,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from e2b import AsyncSandbox, Sandbox, SandboxQuery, Template
-from e2b.exceptions import SandboxException
+from e2b import AsyncSandbox, AsyncVolume, Sandbox, SandboxQuery, Template, Volume
+from e2b.exceptions import SandboxException, VolumeException, VolumeNotFoundException
 
 from space.store.db import Database
 from space.store.sandboxes import SandboxRepo
+from tests.conftest import ServerThread
 from tests.control.fakes import FakeNode
 
 pytestmark = [pytest.mark.e2b, pytest.mark.usefixtures("e2b_env")]
@@ -108,3 +109,40 @@ def test_what_space_refuses_says_why() -> None:
     assert again.commands.run("echo up").stdout == "up\n"
     with pytest.raises(SandboxException, match="501"):
         again.create_snapshot()
+
+
+def test_volumes_are_made_mounted_and_destroyed(
+    fake_node: FakeNode, e2b_env: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    volume = Volume.create("data")
+    assert fake_node.volumes == {volume.volume_id: 1024}
+    assert [(v.volume_id, v.name) for v in Volume.list()] == [(volume.volume_id, "data")]
+    assert Volume.get_info(volume.volume_id).name == "data"
+    assert Volume.connect(volume.volume_id).name == "data"
+    with pytest.raises(VolumeNotFoundException):
+        Volume.get_info("vol_missing")
+    sandbox = Sandbox.create(volume_mounts={"/mnt/data": volume})
+    assert sandbox.get_info().volume_mounts == [{"name": "data", "path": "/mnt/data"}]
+    assert fake_node.mounts[sandbox.sandbox_id][0].volume_id == volume.volume_id
+    with pytest.raises(SandboxException, match="one writer at a time"):
+        Sandbox.create(volume_mounts={"/d": "data"})
+    with pytest.raises(VolumeException, match="mounted by sandbox"):
+        Volume.destroy(volume.volume_id)
+    monkeypatch.setenv("E2B_VOLUME_API_URL", e2b_env.url)
+    with pytest.raises(VolumeException, match="mount the volume in a sandbox"):
+        volume.list("/")
+    with pytest.raises(VolumeException, match="mount the volume in a sandbox"):
+        volume.write_file("/a.txt", "data")
+    sandbox.kill()
+    assert Volume.destroy(volume.volume_id) is True
+    assert Volume.destroy(volume.volume_id) is False
+    with pytest.raises(SandboxException, match="no volume named 'data'"):
+        Sandbox.create(volume_mounts={"/d": "data"})
+
+
+async def test_async_volumes(fake_node: FakeNode) -> None:
+    volume = await AsyncVolume.create("cache")
+    sandbox = await AsyncSandbox.create(volume_mounts={"/cache": volume})
+    assert (await sandbox.get_info()).volume_mounts == [{"name": "cache", "path": "/cache"}]
+    await sandbox.kill()
+    assert await AsyncVolume.destroy(volume.volume_id) is True

@@ -19,7 +19,17 @@ from space.api.limits import RequestLimits
 from space.api.metrics import Metrics, MetricsMiddleware
 from space.api.port_forward import PortForward
 from space.api.process_registry import ProcessRegistry
-from space.api.routes import commands, credentials, egress, files, keys, pty, sandboxes, system
+from space.api.routes import (
+    commands,
+    credentials,
+    egress,
+    files,
+    keys,
+    pty,
+    sandboxes,
+    system,
+    volumes,
+)
 from space.api.routes import lifecycle as power
 from space.api.sandbox_service import SandboxService
 from space.api.state import AppState
@@ -97,6 +107,7 @@ def create_app(
         files,
         power,
         egress,
+        volumes,
         keys,
         credentials,
         pty,

@@ -1,5 +1,5 @@
 """Typed FastAPI dependencies: `StateDep`, `SessionDep`, `PrincipalDep`, `SandboxDep`,
-`DataPlaneDep`.
+`DataPlaneDep`, `VolumesDep`.
 
 `SandboxDep` only reads (a dashboard polling a sandbox neither writes its row
 nor keeps it awake); `DataPlaneDep` is for data-plane calls (exec, commands,
@@ -18,6 +18,7 @@ from space.api.credential_push import CredentialPush
 from space.api.credential_service import CredentialService
 from space.api.errors import ApiError
 from space.api.state import AppState
+from space.api.volume_service import VolumeService
 from space.control.wake import wake
 from space.store.db import Database
 from space.store.errors import DatabaseUnavailable
@@ -33,6 +34,13 @@ def _state(request: Request) -> AppState:
 
 
 StateDep = Annotated[AppState, Depends(_state)]
+
+
+def _volumes(state: StateDep) -> VolumeService:
+    return VolumeService(state.settings, state.db, state.node_client)
+
+
+VolumesDep = Annotated[VolumeService, Depends(_volumes)]
 
 
 def credential_service(request: Request) -> CredentialService:

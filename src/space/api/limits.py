@@ -19,6 +19,8 @@ One pure ASGI middleware in front of both fronts:
   body. Any other encoding is a 415.
 - File uploads (`PUT /v1/sandboxes/{id}/files`, envd `POST /files`) may send up
   to `SPACE_MAX_BODY_BYTES`; every other body `SPACE_MAX_JSON_BODY_BYTES`.
+- E2B's volume content API (`/volumecontent/...`, whose token SPACE never issues)
+  goes to its route unchecked: the route answers 501 without reading the body.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from space.store.errors import DatabaseUnavailable
 
 _UPLOADS = re.compile(r"^/v1/sandboxes/[^/]+/files$|^/files$")
 _CONNECT = ("/process.Process/", "/filesystem.Filesystem/")
+_UNREAD = "/volumecontent/"
 _V1_CODES = {
     401: "unauthorized",
     413: "payload_too_large",
@@ -77,7 +80,7 @@ class RequestLimits:
         if scope["type"] == "http" and "\x00" in scope["path"]:
             await _reply(scope["path"], 400, "the path must not contain NUL")(scope, receive, send)
             return
-        if scope["type"] != "http" or not _sends_body(scope):
+        if scope["type"] != "http" or not _sends_body(scope) or scope["path"].startswith(_UNREAD):
             await self.app(scope, receive, send)
             return
         request = Request(scope)

@@ -1,4 +1,4 @@
-"""Per-org quotas at admission: a sandbox create or a process start is refused
+"""Per-org quotas at admission: a sandbox create, a process start or a volume is refused
 with 429 `quota_exceeded` (the `field` names the quota) when the org or sandbox
 is at its limit. Count and insert share one transaction under the org's lock
 (`store.quotas`), so concurrent admissions never overshoot."""
@@ -24,6 +24,20 @@ def admit_sandbox(
     limits = config.for_org(principal.org_name)
     try:
         quotas.admit_sandbox(session, principal.org_id, limits.sandboxes, count)
+    except quotas.QuotaExceeded as exc:
+        raise ApiError(429, "quota_exceeded", str(exc), exc.quota) from exc
+
+
+def admit_volume(session: Session, config: QuotaConfig, principal: Principal, size_mb: int) -> None:
+    limits = config.for_org(principal.org_name)
+    try:
+        quotas.admit_volume(
+            session,
+            principal.org_id,
+            size_mb,
+            count_limit=limits.volumes,
+            mb_limit=limits.volume_mb,
+        )
     except quotas.QuotaExceeded as exc:
         raise ApiError(429, "quota_exceeded", str(exc), exc.quota) from exc
 

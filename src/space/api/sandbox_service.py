@@ -1,7 +1,8 @@
 """`SandboxService`: what a sandbox is asked to do, for both fronts (`/v1`, E2B).
 
 Create (bounds, template, egress policy against the org's default and ceiling,
-quota admission and the row in one transaction, then `Lifecycle.ensure_created`),
+quota admission, the volumes it mounts (`volume_service.resolve_mounts`) and the
+row in one transaction, then `Lifecycle.ensure_created`),
 fork (the source running, quota for every fork and their rows in one transaction,
 then `Lifecycle.ensure_forked`), a running sandbox's new egress policy (node first,
 then the row), delete
@@ -20,12 +21,14 @@ them in its own error shape:
     422 unknown_secret          a use (`SecretUse.where`) names no `rules` credential
                                 (E2B secret) of the org
     429 quota_exceeded          the org is at its sandbox limit (`api.quotas`)
+    422/409 ...                 `volumes`: see `api.volume_service`
     502 sandbox_create_failed   the node could not create it (the reason)
     409 conflict                it was deleted while being created
     422 idempotency_key_reused  the key was used for a different request
     409 conflict                the sandbox created under the key was deleted since
     422 out_of_bounds           fork: `count` not 1..16 (field `count`)
     409 sandbox_not_running     fork: the source is not running
+    409 sandbox_has_volumes     fork: the source mounts volumes (its forks would share them)
     429 quota_exceeded          fork: the org has no room for `count` more sandboxes
     502 sandbox_fork_failed     fork: the node could not fork it (every fork is `error`)
 
@@ -53,6 +56,7 @@ from space.api.credential_push import CredentialPush
 from space.api.errors import ApiError, out_of_bounds
 from space.api.process_registry import ProcessRegistry
 from space.api.quotas import admit_sandbox
+from space.api.volume_service import MountRequest, resolve_mounts
 from space.config import Settings
 from space.control.errors import NodeUnavailable
 from space.control.expiry import lifetime_until
@@ -106,16 +110,18 @@ class SandboxRequest:
     network: dict[str, Any] | None = None
     credentials: tuple[str, ...] | None = None  # None: all its scopes reach
     uses: tuple[SecretUse, ...] = ()  # of `rules` credentials, by name
+    volumes: tuple[MountRequest, ...] = ()  # the org's volumes, by name
 
     def digest(self) -> str:
-        """What identifies the request under an idempotency key. `credentials` and
-        `uses` count only when given, so a retry that spans the upgrade adding them
-        still matches."""
+        """What identifies the request under an idempotency key. `credentials`,
+        `uses` and `volumes` count only when given, so a retry that spans the upgrade
+        adding them still matches."""
         fields = dataclasses.asdict(self)
         if fields["credentials"] is None:
             del fields["credentials"]
-        if not fields["uses"]:
-            del fields["uses"]
+        for optional in ("uses", "volumes"):
+            if not fields[optional]:
+                del fields[optional]
         canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=_dumped)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -160,7 +166,7 @@ class SandboxService:
             idempotency_key=idempotency_key,
             request_digest=request.digest() if idempotency_key is not None else None,
         )
-        sandbox_id = self._keyed(principal, new) or self._insert(principal, new, request.uses)
+        sandbox_id = self._keyed(principal, new) or self._insert(principal, new, request)
         await self._lifecycle.ensure_created(sandbox_id)
         row = self.get(principal, sandbox_id)
         if row.state == SandboxState.ERROR.value:
@@ -180,6 +186,9 @@ class SandboxService:
         if source.state != SandboxState.RUNNING.value:
             message = f"sandbox {source.id} is {source.state}: only a running sandbox forks"
             raise ApiError(409, "sandbox_not_running", message)
+        if source.volumes:
+            message = f"sandbox {source.id} mounts volumes: a sandbox with volumes does not fork"
+            raise ApiError(409, "sandbox_has_volumes", message)
         with self._db.session() as session:
             admit_sandbox(session, self._settings.quotas, principal, count)
             ids = [row.id for row in SandboxRepo(session).create_forks(source, count)]
@@ -195,14 +204,18 @@ class SandboxService:
                 await self._credentials.created(row)
         return rows
 
-    def _insert(self, principal: Principal, new: NewSandbox, uses: tuple[SecretUse, ...]) -> str:
+    def _insert(self, principal: Principal, new: NewSandbox, request: SandboxRequest) -> str:
+        """The row, its credentials, quota and volumes checked in its transaction (the
+        mounts after the quota's org lock: the one-writer rule holds under it)."""
         try:
             with self._db.session() as session:
                 _check_credentials(session, principal, new)
                 new = dataclasses.replace(
-                    new, credential_uses=_credential_uses(session, principal, uses)
+                    new, credential_uses=_credential_uses(session, principal, request.uses)
                 )
                 admit_sandbox(session, self._settings.quotas, principal)
+                volumes = resolve_mounts(session, principal.org_id, request.volumes)
+                new = dataclasses.replace(new, volumes=volumes)
                 repo = SandboxRepo(session)
                 return repo.create(principal.org_id, principal.project_id, new).id
         except IntegrityError:  # a concurrent request under the same key inserted first

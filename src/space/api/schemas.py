@@ -39,6 +39,8 @@ MAX_ARGS = 1024
 MAX_PATH_CHARS = 4096
 MAX_PATH_COMPONENT_CHARS = 255
 MAX_STDIN_CHARS = 4 * 1024 * KIB
+MAX_VOLUME_MOUNTS = 4  # the node's bound too
+MAX_VOLUME_MB = 1 << 20  # the node's bound; SPACE_MAX_VOLUME_MB is the operator's
 NO_NUL = r"^[^\x00]*$"
 
 EnvName = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^=\x00]+$")]
@@ -69,6 +71,23 @@ AbsolutePath = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_PATH_CHARS, pattern=r"^/[^\x00]*$")
 ]
 
+#: A volume's name, unique in its org.
+VolumeName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
+
+
+def _mount_path(path: str) -> str:
+    if any(part in ("", ".", "..") for part in path.split("/")[1:]):
+        raise ValueError("must be an absolute path below /, without empty, . or .. parts")
+    return path
+
+
+#: Where a volume is mounted in the guest: `/a/b`, not `/`, at most 255 characters.
+MountPath = Annotated[
+    str,
+    StringConstraints(min_length=2, max_length=255, pattern=r"^/[^\x00]*$"),
+    AfterValidator(_mount_path),
+]
+
 
 def wire_bytes(value: object) -> int:
     """The size of `value` as the agent protocol encodes it (JSON, ASCII-escaped)."""
@@ -88,6 +107,14 @@ Env = Annotated[
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class VolumeMountIn(Strict):
+    name: VolumeName = Field(description="one of the org's volumes")
+    path: MountPath
+    read_only: bool = Field(
+        default=False, description="read-only mounts of a volume share it; a writer is alone"
+    )
 
 
 class CreateSandbox(Strict):
@@ -117,6 +144,12 @@ class CreateSandbox(Strict):
         max_length=MAX_HTTPS_PORTS,
         description="guest ports whose servers speak TLS: the sandbox URL speaks TLS to them",
     )
+    volumes: list[VolumeMountIn] = Field(
+        default_factory=list,
+        max_length=MAX_VOLUME_MOUNTS,
+        description="the org's volumes mounted in the guest (a sandbox with volumes "
+        "cold-boots and does not fork)",
+    )
 
 
 class IngressOut(BaseModel):
@@ -125,6 +158,13 @@ class IngressOut(BaseModel):
     traffic_access_token: str | None = Field(
         description="what a private sandbox's URLs require in `e2b-traffic-access-token`"
     )
+
+
+class MountOut(BaseModel):
+    volume_id: str
+    name: str | None = Field(description="null: the volume was deleted since")
+    path: str
+    read_only: bool
 
 
 class SandboxOut(BaseModel):
@@ -143,6 +183,7 @@ class SandboxOut(BaseModel):
     ingress: IngressOut | None = Field(
         default=None, description="sandbox URLs (shown by create and get)"
     )
+    volumes: list[MountOut] = Field(default_factory=list)
 
 
 class TimeoutBody(Strict):
@@ -224,6 +265,34 @@ class SignalBody(Strict):
     signal: Annotated[int, Field(ge=1, le=64)] | Annotated[str, Field(max_length=16)] = Field(
         description="number or name, e.g. 15 or SIGTERM"
     )
+
+
+class CreateVolume(Strict):
+    name: VolumeName
+    size_mb: int = Field(ge=1, le=MAX_VOLUME_MB, description="MiB, at most SPACE_MAX_VOLUME_MB")
+
+
+class CloneVolume(Strict):
+    name: VolumeName = Field(description="the new volume's name")
+
+
+class VolumeMounter(BaseModel):
+    sandbox_id: str
+    read_only: bool
+
+
+class VolumeOut(BaseModel):
+    id: str
+    name: str
+    size_mb: int
+    state: str = Field(description="creating, ready or deleting")
+    clone_of: str | None = Field(description="the id of the volume it was cloned from")
+    created_at: datetime
+    mounted_by: list[VolumeMounter] = Field(description="the live sandboxes that mount it")
+
+
+class VolumeList(BaseModel):
+    volumes: list[VolumeOut]
 
 
 class Health(BaseModel):

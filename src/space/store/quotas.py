@@ -16,6 +16,7 @@ from space.store.commands import CommandState
 from space.store.errors import StoreError
 from space.store.models import Command, Org, Sandbox
 from space.store.states import SandboxState
+from space.store.volumes import VolumeRepo
 
 #: States that hold a quota slot: everything not on its way out.
 NOT_LIVE = (SandboxState.DELETING.value, SandboxState.DELETED.value, SandboxState.ERROR.value)
@@ -83,3 +84,17 @@ def admit_command(
         raise QuotaExceeded("commands_per_sandbox", per_sandbox, f"sandbox {sandbox_id}")
     if in_org >= per_org:
         raise QuotaExceeded("commands_per_org", per_org, f"org {org_id}")
+
+
+def admit_volume(
+    session: Session, org_id: str, size_mb: int, *, count_limit: int, mb_limit: int
+) -> None:
+    """Lock the org and raise QuotaExceeded unless one more volume of `size_mb` MiB fits
+    in its volume count and total size."""
+    lock_org(session, org_id)
+    count, total = VolumeRepo(session).usage(org_id)
+    if count >= count_limit:
+        raise QuotaExceeded("volumes_per_org", count_limit, f"org {org_id}")
+    if total + size_mb > mb_limit:
+        detail = f"has {total} of {mb_limit} MiB of volumes and asks for {size_mb} more"
+        raise QuotaExceeded("volume_mb_per_org", mb_limit, f"org {org_id}", detail)

@@ -39,6 +39,7 @@ class NewSandbox:
     idempotency_key: str | None = None  # the caller's, unique in the org
     request_digest: str | None = None  # of what was asked under that key
     fork_of: str | None = None  # the source of a fork (its node restores it from there)
+    volumes: list[dict[str, Any]] | None = None  # `Sandbox.volumes`
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,7 @@ class SandboxRepo:
             idempotency_key=new.idempotency_key,
             request_digest=new.request_digest,
             fork_of=new.fork_of,
+            volumes=new.volumes,
         )
         self.session.add(row)
         self.session.flush()

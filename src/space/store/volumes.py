@@ -7,6 +7,7 @@ live sandboxes' `volumes` column: the one place that says so.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sqlalchemy import func, select
@@ -67,10 +68,11 @@ class VolumeRepo:
             raise VolumeExists(name) from None
         return row
 
-    def named(self, org_id: str, name: str) -> Volume:
-        row = self.session.scalar(
-            select(Volume).where(Volume.org_id == org_id, Volume.name == name)
-        )
+    def named(self, org_id: str, name: str, *, for_update: bool = False) -> Volume:
+        """The org's volume `name`; `for_update`: its row locked to the end of the
+        transaction (PostgreSQL; SQLite's write lock serialises writers anyway)."""
+        query = select(Volume).where(Volume.org_id == org_id, Volume.name == name)
+        row = self.session.scalar(query.with_for_update() if for_update else query)
         if row is None:
             raise NotFound("volume", name)
         return row
@@ -84,6 +86,11 @@ class VolumeRepo:
     def of_org(self, org_id: str) -> list[Volume]:
         query = select(Volume).where(Volume.org_id == org_id).order_by(Volume.name)
         return list(self.session.scalars(query))
+
+    def names(self, org_id: str) -> dict[str, str]:
+        """The org's volume names by id."""
+        query = select(Volume.id, Volume.name).where(Volume.org_id == org_id)
+        return {volume_id: name for volume_id, name in self.session.execute(query)}
 
     def usage(self, org_id: str) -> tuple[int, int]:
         """How many volumes the org has, and their MiB in all."""
@@ -112,16 +119,26 @@ class VolumeRepo:
             self.session.flush()
 
     def mounters(self, org_id: str, volume_id: str) -> list[Mounter]:
-        """The org's live sandboxes that mount `volume_id` (a row whose `volumes` is
-        not a list of mounts is skipped, never the rest)."""
+        """The org's live sandboxes that mount `volume_id`."""
+        return self.mounts_of_org(org_id).get(volume_id, [])
+
+    def mounts_of_org(self, org_id: str) -> dict[str, list[Mounter]]:
+        """The org's live sandboxes that mount each volume, by volume id."""
+        found: dict[str, list[Mounter]] = {}
+        for volume_id, mounter in self._live_mounts(org_id):
+            found.setdefault(volume_id, []).append(mounter)
+        return found
+
+    def _live_mounts(self, org_id: str) -> Iterator[tuple[str, Mounter]]:
+        """(volume id, mounter) of each mount of the org's live sandboxes (a row whose
+        `volumes` is not a list of mounts is skipped, never the rest)."""
         query = select(Sandbox.id, Sandbox.volumes).where(
             Sandbox.org_id == org_id,
             Sandbox.volumes.is_not(None),
             Sandbox.state.not_in(RELEASED),
         )
-        found = []
         for sandbox_id, mounts in self.session.execute(query):
             for mount in mounts if isinstance(mounts, list) else ():
-                if isinstance(mount, dict) and mount.get("volume_id") == volume_id:
-                    found.append(Mounter(sandbox_id, bool(mount.get("read_only", False))))
-        return found
+                if isinstance(mount, dict) and isinstance(mount.get("volume_id"), str):
+                    read_only = bool(mount.get("read_only", False))
+                    yield mount["volume_id"], Mounter(sandbox_id, read_only)

@@ -17,6 +17,7 @@ from space.api.e2b import (
     rest,
     rest_v2,
     secrets,
+    volumes,
 )
 from space.api.e2b.config import ENVD_VERSION, E2bConfig
 from space.api.e2b.front import E2bFront
@@ -27,5 +28,13 @@ __all__ = ["ENVD_VERSION", "E2bConfig", "E2bFront", "install"]
 def install(app: FastAPI, front: E2bFront) -> None:
     """Serve the E2B routes from `app`; `front.aclose()` belongs in its lifespan."""
     app.state.e2b = front
-    for module in (rest_v2, rest, secrets, process_service, filesystem_service, files_service):
+    for module in (
+        rest_v2,
+        rest,
+        secrets,
+        volumes,
+        process_service,
+        filesystem_service,
+        files_service,
+    ):
         app.include_router(module.router)

@@ -31,6 +31,13 @@ class E2bConfig(BaseSettings):
     token_secret: str | None = Field(default=None, min_length=32)
     keepalive_seconds: float = Field(default=15.0, gt=0, description="quiet-stream keepalive")
     stream_queue: int = Field(default=1024, gt=0, description="events buffered per stream")
+    volume_mb: int = Field(
+        default=1024,
+        ge=1,
+        le=1 << 20,
+        description="the size of an E2B `Volume.create` (which has none), at most "
+        "SPACE_MAX_VOLUME_MB",
+    )
 
 
 def load_secret(config: E2bConfig, data_dir: Path) -> bytes:

@@ -38,6 +38,7 @@ from space.api.e2b.rules import secret_uses
 from space.api.errors import out_of_bounds
 from space.api.sandbox_service import SandboxRequest, rendered
 from space.api.state import AppState
+from space.api.volume_service import volume_names
 from space.control.power import PowerOp
 from space.store.keys import Principal
 from space.store.models import Sandbox, utcnow
@@ -103,8 +104,6 @@ async def create_sandbox(
     idempotency_key: str | None = None,
 ) -> JSONResponse:
     """Create as both `POST /sandboxes` and `POST /v2/sandboxes` do: 201 once running."""
-    if body.volume_mounts:
-        raise E2bError(400, "volume mounts are not supported by SPACE")
     request = SandboxRequest(
         template=body.template_id,
         timeout=body.timeout or None,
@@ -115,6 +114,7 @@ async def create_sandbox(
         | ingress_names.https_marked(body.https_ports),
         network=body.network_policy(),
         uses=secret_uses(body.network.rules if body.network else None),
+        volumes=body.mounts(),
     )
     created = await state.sandboxes.create(principal, request, idempotency_key)
     row = visible(state, principal, created.id)
@@ -126,14 +126,15 @@ async def get(
     sandbox_id: str, principal: PrincipalDep, state: StateDep, front: FrontDep
 ) -> JSONResponse:
     row = visible(state, principal, sandbox_id)
-    return JSONResponse(
-        detail_json(row, front.tokens.issue(row.id, principal.key_id), front.config.domain)
-    )
+    token = front.tokens.issue(row.id, principal.key_id)
+    names = volume_names(state.db, principal.org_id) if row.volumes else {}
+    return JSONResponse(detail_json(row, token, front.config.domain, names))
 
 
 @router.get("/sandboxes")
 async def list_v1(principal: PrincipalDep, state: StateDep) -> JSONResponse:
-    return JSONResponse(rendered(_listable(state, principal), listed_json))
+    names = volume_names(state.db, principal.org_id)
+    return JSONResponse(rendered(_listable(state, principal), lambda row: listed_json(row, names)))
 
 
 @router.get("/v2/sandboxes")
@@ -153,11 +154,12 @@ async def list_v2(
     wanted_meta = _metadata_filter(metadata)
     wanted_states = set(states.split(",")) if states else {"running", "paused"}
     rows = _listable(state, principal)
+    names = volume_names(state.db, principal.org_id)
     if order == "desc":
         rows.reverse()
     listed = [
         (row, shown)
-        for row, shown in rendered(rows, lambda row: (row, listed_json(row)))
+        for row, shown in rendered(rows, lambda row: (row, listed_json(row, names)))
         if shown["state"] in wanted_states
         and all(shown["metadata"].get(k) == v for k, v in wanted_meta.items())
         and (started_after is None or row.created_at >= _aware(started_after))

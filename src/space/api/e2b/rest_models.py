@@ -10,13 +10,22 @@ suspending, suspended, restoring -> `paused`; error and deleting are not shown.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from space.api.e2b.config import ENVD_VERSION
-from space.api.schemas import MAX_SECONDS, Env, Metadata
+from space.api.schemas import (
+    MAX_SECONDS,
+    MAX_VOLUME_MOUNTS,
+    Env,
+    Metadata,
+    MountPath,
+    VolumeName,
+)
+from space.api.volume_service import MountRequest
 from space.control.expiry import expires_at
 from space.seam.values import SandboxSpec
 from space.store.models import Sandbox
@@ -74,6 +83,17 @@ class NetworkUpdateIn(EgressIn):
         return egress_policy(self.allow_internet_access, self)
 
 
+class VolumeMountIn(_Body):
+    """E2B's `SandboxVolumeMount`: always read-write."""
+
+    name: VolumeName
+    path: MountPath
+
+
+class NewVolumeIn(_Body):
+    name: VolumeName
+
+
 class NewSandboxIn(_Body):
     template_id: str = Field(
         alias="templateID", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
@@ -85,12 +105,18 @@ class NewSandboxIn(_Body):
     secure: bool = True
     allow_internet_access: bool | None = None
     network: NetworkIn | None = None
-    volume_mounts: list[dict[str, Any]] | None = Field(
-        default=None, alias="volumeMounts", max_length=64
+    volume_mounts: list[VolumeMountIn] | None = Field(
+        default=None, alias="volumeMounts", max_length=MAX_VOLUME_MOUNTS
     )
 
     def network_policy(self) -> dict[str, Any] | None:
         return egress_policy(self.allow_internet_access, self.network or NetworkIn())
+
+    def mounts(self) -> tuple[MountRequest, ...]:
+        return tuple(
+            MountRequest("volumeMounts", mount.name, mount.path)
+            for mount in self.volume_mounts or ()
+        )
 
     @property
     def private(self) -> bool:
@@ -225,8 +251,8 @@ def sandbox_json(
     }
 
 
-def listed_json(row: Sandbox) -> dict[str, Any]:
-    """E2B's `ListedSandbox`."""
+def listed_json(row: Sandbox, names: Mapping[str, str]) -> dict[str, Any]:
+    """E2B's `ListedSandbox`, its volumes named from `names` (the org's, by id)."""
     return {
         "clientID": CLIENT_ID,
         "cpuCount": _DEFAULTS.vcpus,
@@ -240,15 +266,25 @@ def listed_json(row: Sandbox) -> dict[str, Any]:
         "templateID": row.template,
         "alias": row.template,
         "metadata": dict(row.meta),
-        "volumeMounts": [],
+        "volumeMounts": [_mount_json(mount, names) for mount in row.volumes or ()],
     }
 
 
-def detail_json(row: Sandbox, token: str, domain: str | None) -> dict[str, Any]:
+def _mount_json(mount: dict[str, Any], names: Mapping[str, str]) -> dict[str, str]:
+    """A mount as E2B's `SandboxVolumeMount`; a volume deleted since is named by its id."""
+    volume_id, path = mount.get("volume_id"), mount.get("path")
+    if not isinstance(volume_id, str) or not isinstance(path, str):
+        raise ValueError(f"a mount of the sandbox row is malformed: {mount!r}")
+    return {"name": names.get(volume_id, volume_id), "path": path}
+
+
+def detail_json(
+    row: Sandbox, token: str, domain: str | None, names: Mapping[str, str]
+) -> dict[str, Any]:
     """E2B's `SandboxDetail`."""
     allow_internet_access, network = network_view(row.network)
     return {
-        **listed_json(row),
+        **listed_json(row, names),
         "domain": domain,
         "envdAccessToken": token,
         "allowInternetAccess": allow_internet_access,

@@ -10,9 +10,9 @@ concepts SPACE does not have, each refused in E2B's error shape with the reason.
     POST /sandboxes/{id}/fork           `SandboxService.fork`: 201, one result per fork
                                         (all running: SPACE forks all or none)
     GET  /templates/aliases/{alias}     the node's templates, by name
-    logs, snapshots, template builds and tags, volumes   501
+    logs, snapshots, template builds and tags   501
 
-`/secrets` is `secrets`.
+`/secrets` is `secrets`, `/volumes` and `/volumecontent` are `volumes`.
 """
 
 from __future__ import annotations
@@ -52,8 +52,6 @@ NOT_SUPPORTED: list[tuple[str, str, str]] = [
     ("GET", "/templates/{template_id}/tags", "template tags"),
     ("POST", "/templates/tags", "template tags"),
     ("DELETE", "/templates/tags", "template tags"),
-    ("GET", "/volumes", "volumes"),
-    ("POST", "/volumes", "volumes"),
 ]
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from space.api.deps import PrincipalDep, SandboxDep, StateDep
 from space.api.errors import out_of_bounds
-from space.api.routes.sandboxes import to_out, with_ingress
+from space.api.routes.sandboxes import shown, with_ingress
 from space.api.schemas import ForkBody, SandboxList, SandboxOut, TimeoutBody
 from space.control.power import PowerOp
 from space.store.models import utcnow
@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["lifecycle"])
 
 
 async def _power(state: StateDep, sandbox: SandboxDep, op: PowerOp) -> SandboxOut:
-    return to_out(await state.sandboxes.power(sandbox, op))
+    return shown(state, await state.sandboxes.power(sandbox, op))
 
 
 @router.post("/pause")
@@ -48,7 +48,7 @@ async def fork(
 ) -> SandboxList:
     """`count` new sandboxes with this one's memory and disk at one instant (it runs on)."""
     rows = await state.sandboxes.fork(principal, sandbox, body.count)
-    return SandboxList(sandboxes=[with_ingress(row, state.settings) for row in rows])
+    return SandboxList(sandboxes=[with_ingress(row, state) for row in rows])
 
 
 @router.post("/timeout")
@@ -56,4 +56,4 @@ async def set_timeout(body: TimeoutBody, sandbox: SandboxDep, state: StateDep) -
     """Reset the absolute deadline to `timeout` seconds from now (earlier or later)."""
     out_of_bounds("timeout", body.timeout, state.settings.limits.timeout)
     deadline = utcnow() + timedelta(seconds=body.timeout)
-    return to_out(state.sandboxes.set_deadline(sandbox, deadline))
+    return shown(state, state.sandboxes.set_deadline(sandbox, deadline))

@@ -3,20 +3,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fastapi import APIRouter, Response
 
 from space.api import ingress_names
 from space.api.deps import IdempotencyKeyDep, PrincipalDep, SandboxDep, StateDep
 from space.api.sandbox_service import SandboxRequest, rendered
-from space.api.schemas import CreateSandbox, IngressOut, SandboxList, SandboxOut
-from space.config import Settings
+from space.api.schemas import CreateSandbox, IngressOut, MountOut, SandboxList, SandboxOut
+from space.api.state import AppState
+from space.api.volume_service import MountRequest, volume_names
 from space.control.expiry import expires_at
 from space.store.models import Sandbox
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])
 
 
-def to_out(row: Sandbox) -> SandboxOut:
+def to_out(row: Sandbox, names: Mapping[str, str]) -> SandboxOut:
+    """The row's shape, its volumes named from `names` (the org's, by id)."""
     return SandboxOut(
         id=row.id,
         template=row.template,
@@ -30,11 +34,30 @@ def to_out(row: Sandbox) -> SandboxOut:
         idle_timeout=row.idle_timeout_seconds,
         created_at=row.created_at,
         last_activity_at=row.last_activity_at,
+        volumes=[_mount_out(mount, names) for mount in row.volumes or ()],
     )
 
 
-def with_ingress(row: Sandbox, settings: Settings) -> SandboxOut:
+def _mount_out(mount: dict[str, object], names: Mapping[str, str]) -> MountOut:
+    volume_id = mount.get("volume_id")
+    return MountOut.model_validate(
+        {
+            "volume_id": volume_id,
+            "name": names.get(volume_id) if isinstance(volume_id, str) else None,
+            "path": mount.get("path"),
+            "read_only": mount.get("read_only", False),
+        }
+    )
+
+
+def shown(state: AppState, row: Sandbox) -> SandboxOut:
+    """`to_out` with the volume names of the row's org."""
+    return to_out(row, volume_names(state.db, row.org_id) if row.volumes else {})
+
+
+def with_ingress(row: Sandbox, state: AppState) -> SandboxOut:
     """The row's shape with its URL pattern (and token when private)."""
+    settings = state.settings
     config = settings.ingress
     token = ingress_names.private_token(config, settings.data_dir, row.id, row.meta)
     ingress = IngressOut(
@@ -42,7 +65,7 @@ def with_ingress(row: Sandbox, settings: Settings) -> SandboxOut:
         public=token is None,
         traffic_access_token=token,
     )
-    return to_out(row).model_copy(update={"ingress": ingress})
+    return shown(state, row).model_copy(update={"ingress": ingress})
 
 
 @router.post("", status_code=201)
@@ -60,8 +83,12 @@ async def create_sandbox(
         metadata=_marked(body),
         network=body.network,
         credentials=tuple(body.credentials) if body.credentials is not None else None,
+        volumes=tuple(
+            MountRequest("volumes", mount.name, mount.path, mount.read_only)
+            for mount in body.volumes
+        ),
     )
-    return with_ingress(await state.sandboxes.create(principal, request, key), state.settings)
+    return with_ingress(await state.sandboxes.create(principal, request, key), state)
 
 
 def _marked(body: CreateSandbox) -> dict[str, str]:
@@ -75,12 +102,14 @@ def _marked(body: CreateSandbox) -> dict[str, str]:
 
 @router.get("")
 async def list_sandboxes(principal: PrincipalDep, state: StateDep) -> SandboxList:
-    return SandboxList(sandboxes=rendered(state.sandboxes.list(principal), to_out))
+    names = volume_names(state.db, principal.org_id)
+    rows = state.sandboxes.list(principal)
+    return SandboxList(sandboxes=rendered(rows, lambda row: to_out(row, names)))
 
 
 @router.get("/{sandbox_id}")
 async def get_sandbox(sandbox: SandboxDep, state: StateDep) -> SandboxOut:
-    return with_ingress(sandbox, state.settings)
+    return with_ingress(sandbox, state)
 
 
 @router.delete("/{sandbox_id}", status_code=204)
