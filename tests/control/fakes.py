@@ -174,6 +174,13 @@ class FakeNode:
         self.built.add(spec.name)
         return BuildStatus("ready", lines, len(self.build_lines), digest="d" * 32)
 
+    async def snapshot_template(self, sandbox_id: str, name: str) -> str:
+        self._require(sandbox_id)
+        if name in ("base", "busybox"):
+            raise ValueError(f"template {name!r} is built in")
+        self.built.add(name)
+        return "e" * 32
+
     async def delete_template(self, name: str) -> None:
         if name in ("base", "busybox"):
             raise ValueError(f"template {name!r} is built in")

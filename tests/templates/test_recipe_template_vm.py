@@ -108,3 +108,19 @@ async def test_a_failed_step_leaves_no_template(node: LocalNode) -> None:
     assert name not in await node.templates()
     with pytest.raises(Exception, match="unknown template"):
         await node.create_sandbox(SandboxSpec(f"t{secrets.token_hex(5)}", template=name))
+
+
+async def test_a_running_sandboxs_disk_becomes_a_template(node: LocalNode) -> None:
+    source = await create(node, "base")
+    await sh(node, source, "echo kept > /root/snapshotted")
+    name = f"snap-{secrets.token_hex(4)}"
+    await node.snapshot_template(source, name)
+    assert await sh(node, source, "cat /root/snapshotted") == "kept\n"  # it ran on
+    copy = await create(node, name)
+    assert await sh(node, copy, "cat /root/snapshotted") == "kept\n"
+    await sh(node, copy, "echo only-here > /root/snapshotted")
+    assert await sh(node, source, "cat /root/snapshotted") == "kept\n"
+    for sandbox in (source, copy):
+        await node.destroy_sandbox(sandbox)
+    await node.delete_template(name)
+    assert name not in await node.templates()

@@ -194,6 +194,18 @@ class SandboxList(BaseModel):
     sandboxes: list[SandboxOut]
 
 
+class SnapshotBody(Strict):
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9-]{0,62}$", description="the template the snapshot makes"
+    )
+
+
+class SnapshotOut(BaseModel):
+    name: str
+    digest: str
+    source: str
+
+
 class ForkBody(Strict):
     count: StrictInt = Field(
         default=1, ge=1, le=16, description="how many sandboxes to fork from the source"

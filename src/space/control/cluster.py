@@ -221,6 +221,10 @@ class Cluster:
             return BuildStatus("unknown")
         return await member.client.build_status(build_id, after)
 
+    async def snapshot_template(self, sandbox_id: str, name: str) -> str:
+        """On the sandbox's node, where the template then lives."""
+        return await self._on(sandbox_id).snapshot_template(sandbox_id, name)
+
     async def delete_template(self, name: str) -> None:
         """On every member that answers (a template lives where it was built)."""
         for member in list(self._members.values()):

@@ -183,6 +183,10 @@ class LocalNode:
     async def build_status(self, build_id: str, after: int) -> BuildStatus:
         return self._jobs.status(build_id, after)
 
+    async def snapshot_template(self, sandbox_id: str, name: str) -> str:
+        sandbox = await self._host.live(sandbox_id)
+        return (await self._builds.snapshot(sandbox, name)).digest
+
     async def delete_template(self, name: str) -> None:
         await self._builds.delete(name)
 

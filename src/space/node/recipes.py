@@ -32,6 +32,7 @@ from space.node.agent import AgentClient
 from space.node.catalog import TemplateCatalog
 from space.node.host import NodeHost
 from space.node.records import SandboxRecord
+from space.node.sandbox import Sandbox
 from space.node.storage.archive import copy_file
 from space.node.templates import ALIASES, TEMPLATES
 from space.node.templates.recipe import Copy, Recipe, RecipeError, Run, parse
@@ -115,7 +116,15 @@ class RecipeBuilds:
             await asyncio.to_thread(_grow, disk, request.disk_mb)
             log_line(f"FROM {recipe.base} ({image.digest[:12]})")
             await self._run_steps(request, recipe, disk, image.digest, log_line)
-            return await asyncio.to_thread(self._register, request, recipe, disk)
+            record = ImageRecord(
+                source=f"recipe:{request.name}",
+                manifest=_manifest(request),
+                defaults=ProcessDefaults(dict(recipe.env), recipe.user, recipe.workdir),
+                user_spec=recipe.user or "",
+                start_cmd=request.start_cmd,
+                ready_cmd=request.ready_cmd,
+            )
+            return await asyncio.to_thread(self._register, request.name, disk, record)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -145,7 +154,52 @@ class RecipeBuilds:
             await asyncio.to_thread(host.net.delete, vm_id)
             shutil.rmtree(host.run_dir / vm_id, ignore_errors=True)
 
-    def _register(self, request: BuildRequest, recipe: Recipe, disk: Path) -> Version:
+    async def snapshot(self, sandbox: Sandbox, name: str) -> Version:
+        """The running `sandbox`'s disk, as it is once its guest has synced, as the
+        newest version of template `name`: the source template's process defaults and
+        start/ready commands (its processes' memory is not kept: they start again)."""
+        check_name(name)
+        if name in TEMPLATES or name in ALIASES:
+            raise ValueError(f"template {name!r} is built in")
+        if sandbox.agent is None or sandbox.vm is None:
+            raise ValueError(f"sandbox {sandbox.sandbox_id} is not running")
+        work = self._host.scratch / f"snap-{secrets.token_hex(6)}"
+        work.mkdir(mode=0o700, parents=True)
+        try:
+            await self._clone_synced(sandbox, work / ROOTFS_FILE)
+            record = self._snapshot_record(sandbox, name)
+            return await asyncio.to_thread(self._register, name, work / ROOTFS_FILE, record)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    async def _clone_synced(self, sandbox: Sandbox, disk: Path) -> None:
+        """Sync the guest, pause it for the O(1) reflink of its disk, let it run on."""
+        assert sandbox.agent is not None and sandbox.vm is not None
+        await sandbox.agent.exec(ExecRequest(cmd="sync", timeout=120))
+        driver, (records, importer) = self._host.ready_driver(), self._host.ready()
+        sandbox.agent.hold_keepalive()  # a paused guest cannot answer pings
+        await driver.pause(sandbox.vm)
+        try:
+            await importer.clone_disk(records.disk(sandbox.record.slot), disk)
+        finally:
+            await driver.resume(sandbox.vm)
+            sandbox.agent.release_keepalive()
+
+    def _snapshot_record(self, sandbox: Sandbox, name: str) -> ImageRecord:
+        source = sandbox.record.template
+        spec = self._templates.spec(source)
+        imported = self._templates.imported.record(sandbox.record.template_digest)
+        return ImageRecord(
+            source=f"snapshot:{sandbox.sandbox_id}",
+            manifest=f"snapshot:{sandbox.sandbox_id}:{time.time_ns()}",
+            defaults=imported.defaults if imported is not None else ProcessDefaults(),
+            user_spec=imported.user_spec if imported is not None else "",
+            start_cmd=spec.start_cmd,
+            ready_cmd=spec.ready_cmd,
+        )
+
+    def _register(self, name: str, disk: Path, record: ImageRecord) -> Version:
+        """`disk` and `record` as a new image, then the newest version of `name`."""
         registry = self._templates.imported
         digest = secrets.token_hex(16)
         target = registry.image_dir(digest)
@@ -153,22 +207,13 @@ class RecipeBuilds:
         staging.mkdir(mode=0o700, parents=True)
         try:
             copy_file(disk, staging / ROOTFS_FILE)
-            manifest = _manifest(request)
-            record = ImageRecord(
-                source=f"recipe:{request.name}",
-                manifest=manifest,
-                defaults=ProcessDefaults(dict(recipe.env), recipe.user, recipe.workdir),
-                user_spec=recipe.user or "",
-                start_cmd=request.start_cmd,
-                ready_cmd=request.ready_cmd,
-            )
             write_private(staging / IMAGE_FILE, record.to_json())
             staging.rename(target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        version = Version(digest, manifest, record.source, time.time())
-        registry.add(request.name, version)
+        version = Version(digest, record.manifest, record.source, time.time())
+        registry.add(name, version)
         return version
 
 

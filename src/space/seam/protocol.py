@@ -84,6 +84,12 @@ class NodeClient(Protocol):
         """Where build `build_id` is, with its log lines from index `after`."""
         ...
 
+    async def snapshot_template(self, sandbox_id: str, name: str) -> str:
+        """The running `sandbox_id`'s disk as the newest version of template `name` on
+        this node (the source runs on); the version's digest. ValueError for a name
+        that cannot be used."""
+        ...
+
     async def delete_template(self, name: str) -> None:
         """Remove a template this node built or imported, every version (done if it
         has none; ValueError for a built-in one)."""

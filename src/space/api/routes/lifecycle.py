@@ -1,17 +1,27 @@
-"""`POST /v1/sandboxes/{id}/pause|resume|suspend|restore|fork`, and `.../timeout`."""
+"""`POST /v1/sandboxes/{id}/pause|resume|suspend|restore|fork|snapshot`, and `.../timeout`."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 from fastapi import APIRouter
 
 from space.api.deps import PrincipalDep, SandboxDep, StateDep
-from space.api.errors import out_of_bounds
+from space.api.errors import ApiError, out_of_bounds
 from space.api.routes.sandboxes import shown, with_ingress
-from space.api.schemas import ForkBody, SandboxList, SandboxOut, TimeoutBody
+from space.api.schemas import (
+    ForkBody,
+    SandboxList,
+    SandboxOut,
+    SnapshotBody,
+    SnapshotOut,
+    TimeoutBody,
+)
+from space.api.state import AppState
 from space.control.power import PowerOp
 from space.store.models import utcnow
+from space.store.templates import TemplateNameTaken, TemplateRepo
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["lifecycle"])
 
@@ -49,6 +59,31 @@ async def fork(
     """`count` new sandboxes with this one's memory and disk at one instant (it runs on)."""
     rows = await state.sandboxes.fork(principal, sandbox, body.count)
     return SandboxList(sandboxes=[with_ingress(row, state) for row in rows])
+
+
+@router.post("/snapshot", status_code=201)
+async def snapshot(
+    body: SnapshotBody, sandbox: SandboxDep, principal: PrincipalDep, state: StateDep
+) -> SnapshotOut:
+    """This running sandbox's disk as the newest version of the org's template `name`
+    (it runs on); sandboxes of it boot from that disk (no memory is kept)."""
+    node = state.node
+    await asyncio.to_thread(_claim, state, principal.org_id, body.name, await node.templates())
+    digest = await node.snapshot_template(sandbox.id, body.name)
+    return SnapshotOut(name=body.name, digest=digest, source=sandbox.id)
+
+
+def _claim(state: AppState, org_id: str, name: str, known: list[str]) -> None:
+    """Make `name` the org's (409 for a built-in or operator's template, or another org's)."""
+    with state.db.session() as session:
+        repo = TemplateRepo(session)
+        owner = repo.owner(name)
+        if owner is None and name in known:
+            raise ApiError(409, "template_exists", f"template {name!r} is not yours", "name")
+        try:
+            repo.claim(org_id, name)
+        except TemplateNameTaken as exc:
+            raise ApiError(409, "template_exists", str(exc), "name") from None
 
 
 @router.post("/timeout")
