@@ -107,8 +107,21 @@ def test_what_space_refuses_says_why() -> None:
         Sandbox.connect(sandbox.sandbox_id, on_resume="reboot")
     again = Sandbox.connect(sandbox.sandbox_id)
     assert again.commands.run("echo up").stdout == "up\n"
-    with pytest.raises(SandboxException, match="501"):
-        again.create_snapshot()
+    with pytest.raises(SandboxException, match="filesystem only"):
+        again.create_snapshot()  # a full snapshot would keep memory: SPACE does not
+
+
+def test_a_filesystem_snapshot_is_a_template_of_the_org(fake_node: FakeNode) -> None:
+    sandbox = Sandbox.create()
+    info = sandbox.create_snapshot("kept", mode="filesystem")
+    assert (info.snapshot_id, info.names) == ("kept", ["kept"])
+    assert "kept" in fake_node.built
+    listed = Sandbox.list_snapshots(name="kept").next_items()
+    assert [s.snapshot_id for s in listed] == ["kept"]
+    unnamed = sandbox.create_snapshot(mode="filesystem")
+    assert unnamed.snapshot_id.startswith("snap-")
+    started = Sandbox.create(info.snapshot_id)
+    assert started.commands.run("echo from-snapshot").stdout == "from-snapshot\n"
 
 
 def test_volumes_are_made_mounted_and_destroyed(

@@ -17,6 +17,7 @@ from space.api.e2b import (
     rest,
     rest_v2,
     secrets,
+    snapshots,
     volumes,
 )
 from space.api.e2b.config import ENVD_VERSION, E2bConfig
@@ -30,6 +31,7 @@ def install(app: FastAPI, front: E2bFront) -> None:
     app.state.e2b = front
     for module in (
         rest_v2,
+        snapshots,
         rest,
         secrets,
         volumes,

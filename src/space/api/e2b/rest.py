@@ -256,12 +256,6 @@ async def get_metrics(sandbox_id: str, principal: PrincipalDep, state: StateDep)
         return JSONResponse([await metrics.sample(state.node, row.id)])
 
 
-@router.post("/sandboxes/{sandbox_id}/snapshots")
-async def snapshot(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Response:
-    visible(state, principal, sandbox_id)
-    raise E2bError(501, "snapshots as templates are not supported by SPACE yet")
-
-
 async def wake(
     state: AppState, principal: Principal, sandbox_id: str, timeout: int, *, extend_only: bool
 ) -> Sandbox | None:

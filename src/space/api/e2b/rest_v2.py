@@ -43,7 +43,6 @@ NOT_SUPPORTED: list[tuple[str, str, str]] = [
     ("GET", "/sandboxes/{sandbox_id}/logs", "sandbox logs (SPACE keeps per-command output)"),
     ("GET", "/v2/sandboxes/{sandbox_id}/logs", "sandbox logs (SPACE keeps per-command output)"),
     ("GET", "/sandboxes/metrics", "metrics of many sandboxes at once"),
-    ("GET", "/snapshots", "snapshots as templates"),
     ("GET", "/templates", "listing templates"),
     ("GET", "/v2/templates", "listing templates"),
     ("GET", "/templates/{template_id}", "template builds"),

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 from fastapi import APIRouter
 
+from space.api import snapshot_service
 from space.api.deps import PrincipalDep, SandboxDep, StateDep
-from space.api.errors import ApiError, out_of_bounds
+from space.api.errors import out_of_bounds
 from space.api.routes.sandboxes import shown, with_ingress
 from space.api.schemas import (
     ForkBody,
@@ -18,10 +18,8 @@ from space.api.schemas import (
     SnapshotOut,
     TimeoutBody,
 )
-from space.api.state import AppState
 from space.control.power import PowerOp
 from space.store.models import utcnow
-from space.store.templates import TemplateNameTaken, TemplateRepo
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["lifecycle"])
 
@@ -67,23 +65,8 @@ async def snapshot(
 ) -> SnapshotOut:
     """This running sandbox's disk as the newest version of the org's template `name`
     (it runs on); sandboxes of it boot from that disk (no memory is kept)."""
-    node = state.node
-    await asyncio.to_thread(_claim, state, principal.org_id, body.name, await node.templates())
-    digest = await node.snapshot_template(sandbox.id, body.name)
-    return SnapshotOut(name=body.name, digest=digest, source=sandbox.id)
-
-
-def _claim(state: AppState, org_id: str, name: str, known: list[str]) -> None:
-    """Make `name` the org's (409 for a built-in or operator's template, or another org's)."""
-    with state.db.session() as session:
-        repo = TemplateRepo(session)
-        owner = repo.owner(name)
-        if owner is None and name in known:
-            raise ApiError(409, "template_exists", f"template {name!r} is not yours", "name")
-        try:
-            repo.claim(org_id, name)
-        except TemplateNameTaken as exc:
-            raise ApiError(409, "template_exists", str(exc), "name") from None
+    made = await snapshot_service.snapshot(state, principal.org_id, sandbox, body.name)
+    return SnapshotOut(name=made.name, digest=made.digest, source=made.source)
 
 
 @router.post("/timeout")

@@ -1,0 +1,49 @@
+"""Snapshots to templates, for both fronts: a running sandbox's disk becomes the
+newest version of a template the org owns (`store/templates.py`).
+
+A name is refused (409 `template_exists`, field `name`) when it is built in or an
+operator's (the node lists it and no org owns it) or another org's; the org owns it
+from its first snapshot or build on. The node syncs the guest, reflinks its disk
+while it is paused for an instant and registers it; the source runs on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from space.api.errors import ApiError
+from space.api.state import AppState
+from space.store.models import Sandbox
+from space.store.templates import TemplateNameTaken, TemplateRepo
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    name: str
+    digest: str
+    source: str
+
+
+async def snapshot(state: AppState, org_id: str, sandbox: Sandbox, name: str) -> Snapshot:
+    node = state.node
+    known = await node.templates()
+    await asyncio.to_thread(_claim, state, org_id, name, known)
+    digest = await node.snapshot_template(sandbox.id, name)
+    return Snapshot(name, digest, sandbox.id)
+
+
+def own_templates(state: AppState, org_id: str) -> list[str]:
+    with state.db.session() as session:
+        return TemplateRepo(session).names_of(org_id)
+
+
+def _claim(state: AppState, org_id: str, name: str, known: list[str]) -> None:
+    with state.db.session() as session:
+        repo = TemplateRepo(session)
+        if repo.owner(name) is None and name in known:
+            raise ApiError(409, "template_exists", f"template {name!r} is not yours", "name")
+        try:
+            repo.claim(org_id, name)
+        except TemplateNameTaken as exc:
+            raise ApiError(409, "template_exists", str(exc), "name") from None
