@@ -699,11 +699,13 @@ def cmd_template_import(args: argparse.Namespace) -> int:
 
     progress = BuildProgress()
     try:
+        settings = settings_from(args)
         imported = import_template(
-            settings_from(args).cache_dir,
+            settings.cache_dir,
             args.name,
             args.source,
             progress=progress,
+            insecure=settings.node.insecure_registries,
         )
     except (BuildError, OSError) as exc:
         progress.finish()
@@ -819,7 +821,9 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(ls)
     imp = _command(tp, "import", cmd_template_import, "import a container image as a template")
     imp.add_argument("name", help="[a-z0-9][a-z0-9-]{0,62}, not a built-in name")
-    imp.add_argument("source", help="oci:DIR[:TAG], oci-archive:PATH or docker-archive:PATH")
+    imp.add_argument(
+        "source", help="oci:DIR[:TAG], oci-archive:PATH, docker-archive:PATH or docker://REF"
+    )
     imp.add_argument("--cache-dir", help="SPACE_CACHE_DIR")
     _json_flag(imp)
     build = _command(tp, "build", cmd_template_build, "build templates into the cache")

@@ -201,7 +201,9 @@ class NodeConfig(BaseSettings):
     """`SPACE_NODE_*`, plus `SPACE_POOL_SIZE`: how the node worker uses this host.
 
     `shared_snapshots`: a directory every node mounts (NFS); each suspend is published
-    there, so a lost or drained node's suspended sandboxes restore on another node."""
+    there, so a lost or drained node's suspended sandboxes restore on another node.
+    `insecure_registries`: `HOST[:PORT]`s a `docker://` template import pulls from
+    without verifying TLS (comma-separated)."""
 
     model_config = SettingsConfigDict(
         env_prefix="SPACE_NODE_", extra="ignore", populate_by_name=True
@@ -215,9 +217,17 @@ class NodeConfig(BaseSettings):
     warm_reserve_mib: int = Field(default=2048, ge=0, le=1 << 20)
     base_snapshots: bool = True
     shared_snapshots: Path | None = None
+    insecure_registries: Annotated[tuple[str, ...], NoDecode] = ()
     pool_size: str = Field(
         default="64G", pattern=r"^[0-9]+[KMGT]$", validation_alias="SPACE_POOL_SIZE"
     )
+
+    @field_validator("insecure_registries", mode="before")
+    @classmethod
+    def _registries(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
 
 
 class NodeLinkConfig(BaseSettings):

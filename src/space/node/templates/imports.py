@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from space.node.templates import ext4, initscripts, layers, oci, registry
+from space.node.templates import ext4, initscripts, layers, oci, pull, registry
 from space.node.templates.cache import Cache, digest_of, source_digests
 from space.node.templates.errors import ImageError
 from space.node.templates.progress import Progress, Reporter
@@ -55,13 +57,34 @@ def import_template(
     *,
     limits: oci.Limits | None = None,
     progress: Progress | None = None,
+    insecure: Sequence[str] = (),
 ) -> Imported:
     """Import the image at `source` (`oci:DIR[:TAG]`, `oci-archive:PATH`,
-    `docker-archive:PATH`) as the newest version of template `name`."""
+    `docker-archive:PATH`, or `docker://REF` from a registry: `pull.py`; TLS unverified
+    for the registries in `insecure`) as the newest version of template `name`."""
     registry.check_name(name)
     if name in TEMPLATES or name in ALIASES:
         raise ImageError(f"{name!r} is a built-in template; import under another name")
-    parsed = oci.Source.parse(source)
+    if not pull.is_registry(source):
+        return _import(cache_dir, name, oci.Source.parse(source), source, limits, progress)
+    scratch = private_dir(cache_dir / ".pulls")
+    work = Path(tempfile.mkdtemp(dir=scratch))
+    try:
+        layout = pull.pull(source, work / "layout", insecure)
+        parsed = oci.Source.parse(f"oci:{layout}:image")
+        return _import(cache_dir, name, parsed, source, limits, progress)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _import(
+    cache_dir: Path,
+    name: str,
+    parsed: oci.Source,
+    source: str,
+    limits: oci.Limits | None,
+    progress: Progress | None,
+) -> Imported:
     report = Reporter(progress, 1)
     report.begin(f"import {name}")
     limits = limits or oci.Limits()
@@ -72,10 +95,10 @@ def import_template(
         )
         private_dir(cache_dir / registry.IMAGE_KIND)
         path, hit = Cache(cache_dir).get_or_build(
-            registry.IMAGE_KIND, key, lambda out: _build(out, image, parsed, limits, report)
+            registry.IMAGE_KIND, key, lambda out: _build(out, image, source, limits, report)
         )
     report("cached" if hit else "imported")
-    version = Version(key, image.digest, str(parsed), time.time())
+    version = Version(key, image.digest, source, time.time())
     store = Registry(cache_dir)
     store.add(name, version)
     record = store.record(key)
@@ -83,9 +106,7 @@ def import_template(
     return Imported(name, version, path / registry.ROOTFS_FILE, record, hit)
 
 
-def _build(
-    out: Path, image: oci.Image, source: oci.Source, limits: oci.Limits, report: Reporter
-) -> None:
+def _build(out: Path, image: oci.Image, source: str, limits: oci.Limits, report: Reporter) -> None:
     out.chmod(0o700)
     tree = out / "tree"
     tree.mkdir(mode=0o755)
@@ -97,7 +118,7 @@ def _build(
     defaults = _defaults(tree, image.config)
     _prepare(tree)
     record = ImageRecord(
-        str(source), image.digest, defaults, image.config.entrypoint, image.config.cmd,
+        source, image.digest, defaults, image.config.entrypoint, image.config.cmd,
         image.config.user,
     )  # fmt: skip
     size, inodes = ext4.tree_size(tree)
