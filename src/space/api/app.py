@@ -21,6 +21,7 @@ from space.api.port_forward import PortForward
 from space.api.process_registry import ProcessRegistry
 from space.api.routes import commands, credentials, egress, files, keys, pty, sandboxes, system
 from space.api.routes import lifecycle as power
+from space.api.routes import templates as template_routes
 from space.api.sandbox_service import SandboxService
 from space.api.state import AppState
 from space.config import Settings
@@ -102,6 +103,7 @@ def create_app(
         pty,
         system,
         console,
+        template_routes,
     ):
         app.include_router(module.router)
     e2b.install(app, e2b_front)
