@@ -123,6 +123,15 @@ async def test_a_build_goes_queued_building_ready(
     assert sandbox.status_code == 201, sandbox.text
 
 
+@pytest.mark.parametrize(
+    "recipe",
+    ["# a comment\n\nfrom base\nRUN true\n", "FROM \\\n  base\nRUN true\n"],
+)
+async def test_the_first_instruction_names_the_base(client: httpx.AsyncClient, recipe: str) -> None:
+    response = await client.post("/v1/templates", json={"name": "mytpl", "dockerfile": recipe})
+    assert response.status_code == 202, response.text
+
+
 async def test_from_is_a_one_line_recipe_and_network_is_resolved(
     app: FastAPI, client: httpx.AsyncClient, fake_node: FakeNode
 ) -> None:
@@ -378,3 +387,13 @@ async def test_unknown_build_and_template_are_404(client: httpx.AsyncClient) -> 
     for path in ("/v1/templates/nosuch", "/v1/templates/builds/bld_nope"):
         response = await client.get(path)
         assert (response.status_code, response.json()["error"]["code"]) == (404, "not_found")
+
+
+async def test_a_context_past_the_json_body_limit_is_accepted(
+    app: FastAPI, client: httpx.AsyncClient, fake_node: FakeNode
+) -> None:
+    """`SPACE_MAX_JSON_BODY_BYTES` (8 MiB) bounds other bodies, not a build's context."""
+    context = {"big": base64.b64encode(b"x" * (10 << 20)).decode()}
+    build_id = await build(client, context=context)
+    await runner(app).builds.once()
+    assert len(fake_node.builds[build_id].context["big"]) == 10 << 20

@@ -29,6 +29,7 @@ import binascii
 import posixpath
 import time
 from collections.abc import AsyncIterator
+from typing import NoReturn
 
 from sqlalchemy.orm import Session
 
@@ -72,17 +73,25 @@ def decoded_context(context: dict[str, str]) -> dict[str, bytes]:
 
 
 def recipe_base(recipe: str) -> str:
-    """The template a recipe's first instruction, FROM, names (422 naming `dockerfile`
-    if it has none); the node parses the rest."""
-    lines = (line.strip() for line in recipe.replace("\\\n", " ").splitlines())
-    first = next((line for line in lines if line and not line.startswith("#")), "")
-    keyword, _, rest = first.partition(" ")
+    """The template the recipe's first instruction, FROM, names, read as the node reads
+    it (blank and comment lines skipped, `\\` continuations joined); 422 naming
+    `dockerfile` if it is not FROM. The node parses the rest."""
+    first: list[str] = []
+    for raw in recipe.splitlines():
+        stripped = raw.strip()
+        if not first and (not stripped or stripped.startswith("#")):
+            continue
+        if not stripped.endswith("\\"):
+            first.append(stripped)
+            break
+        first.append(stripped[:-1])
+    keyword, _, rest = " ".join(first).strip().partition(" ")
     if keyword.upper() != "FROM" or len(rest.split()) != 1:
         _invalid("dockerfile", "a recipe starts with FROM <template>")
     return rest.strip()
 
 
-def _invalid(field: str, why: str) -> None:
+def _invalid(field: str, why: str) -> NoReturn:
     raise ApiError(422, "validation_error", f"{field}: {why}", field)
 
 
