@@ -2,8 +2,8 @@
 
 Server side (`up`, `api`, `controller`, `node`, `keys`, `doctor`) reads the same
 settings as the server (`SPACE_*`); client side (`sandbox`, `ls`, `exec`, `shell`,
-`cp`, `logs`: `cli_client`) talks to the API through `space.sdk` (`SPACE_API_URL`,
-`SPACE_API_KEY`). Human tables by default, `--json` for scripts.
+`cp`, `logs`: `cli_client`; `credentials`; `templates`: `cli_templates`) talks to the
+API (`SPACE_API_URL`, `SPACE_API_KEY`). Human tables by default, `--json` for scripts.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ Handler = Callable[[argparse.Namespace], int]
 # Processes that write server state, so run with umask 077.
 SERVER_COMMANDS = frozenset({"up", "api", "controller", "node", "keys", "audit"})
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-CLIENT_COMMANDS = frozenset({"sandbox", "credentials", *SHORT})
+CLIENT_COMMANDS = frozenset({"sandbox", "credentials", "templates", *SHORT})
 
 
 class OpenNode(NodeClient, Protocol):
@@ -810,6 +810,9 @@ def build_parser() -> argparse.ArgumentParser:
     from space.cli_credentials import register as register_credentials  # as cli_nodes
 
     register_credentials(sub)
+    from space.cli_templates import register as register_templates  # as cli_nodes
+
+    register_templates(sub)
     sandbox = sub.add_parser("sandbox", help="sandboxes (via SPACE_API_URL/SPACE_API_KEY)")
     add_sandbox_commands(sandbox.add_subparsers(dest="sandbox_cmd", required=True))
     add_short_commands(sub)

@@ -45,6 +45,8 @@ class TimeoutConfig(BaseSettings):
     `idle` is the idle auto-suspend default; `SPACE_TIMEOUT_IDLE_BY_TEMPLATE`
     (JSON, e.g. `{"base": 600}`) overrides it per template. `agent` bounds how long a
     booted or restored VM's guest agent may take to answer its first handshake.
+    `build_events` bounds one template build's event stream (a client reconnects
+    with `Last-Event-ID`).
     """
 
     model_config = SettingsConfigDict(env_prefix="SPACE_TIMEOUT_", extra="ignore")
@@ -54,6 +56,7 @@ class TimeoutConfig(BaseSettings):
     node_call: float = Field(default=60.0, gt=0)
     agent: float = Field(default=120.0, gt=0)
     idle: int = Field(default=6 * 3600, gt=0)
+    build_events: float = Field(default=3600.0, gt=0)
     idle_by_template: dict[str, PositiveInt] = Field(default_factory=dict)
 
     def idle_for(self, template: str) -> int:
@@ -442,7 +445,8 @@ class OrgLimits(BaseModel):
 class QuotaConfig(BaseSettings):
     """Per-org admission limits (`SPACE_QUOTA_SANDBOXES`, `SPACE_QUOTA_COMMANDS`,
     `SPACE_QUOTA_COMMANDS_PER_SANDBOX`, `SPACE_QUOTA_VOLUMES`, `SPACE_QUOTA_VOLUME_MB`:
-    the MiB of all the org's volumes); `SPACE_QUOTA_ORGS` (JSON keyed by org name,
+    the MiB of all the org's volumes; `SPACE_QUOTA_TEMPLATE_BUILDS`: queued and
+    building template builds); `SPACE_QUOTA_ORGS` (JSON keyed by org name,
     e.g. `{"acme": {"sandboxes": 500}}`) overrides them per org. Over a limit the
     API answers 429 `quota_exceeded` naming the quota."""
 
@@ -453,6 +457,7 @@ class QuotaConfig(BaseSettings):
     commands_per_sandbox: PositiveInt = 100
     volumes: PositiveInt = 20
     volume_mb: PositiveInt = 10 * 1024
+    template_builds: PositiveInt = 4
     orgs: dict[str, OrgQuota] = Field(default_factory=dict)
 
     def for_org(self, org_name: str) -> OrgLimits:

@@ -55,6 +55,9 @@ def test_openapi_has_the_contract_routes() -> None:
         f"{base}/resume",
         f"{base}/suspend",
         f"{base}/restore",
+        "/v1/templates",
+        "/v1/templates/{name}",
+        "/v1/templates/builds/{build_id}/events",
         "/healthz",
         "/metrics",
     ]:

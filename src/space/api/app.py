@@ -31,6 +31,7 @@ from space.api.routes import (
     volumes,
 )
 from space.api.routes import lifecycle as power
+from space.api.routes import templates as template_routes
 from space.api.sandbox_service import SandboxService
 from space.api.state import AppState
 from space.config import Settings
@@ -113,6 +114,7 @@ def create_app(
         pty,
         system,
         console,
+        template_routes,
     ):
         app.include_router(module.router)
     e2b.install(app, e2b_front)

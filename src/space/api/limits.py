@@ -18,7 +18,9 @@ One pure ASGI middleware in front of both fronts:
   what is counted (a decompression bomb stops at the limit); the route sees a plain
   body. Any other encoding is a 415.
 - File uploads (`PUT /v1/sandboxes/{id}/files`, envd `POST /files`) may send up
-  to `SPACE_MAX_BODY_BYTES`; every other body `SPACE_MAX_JSON_BODY_BYTES`.
+  to `SPACE_MAX_BODY_BYTES`; a template build (`POST /v1/templates`, its context
+  inline) up to the larger of `MAX_TEMPLATE_BODY_BYTES` and the JSON limit; every
+  other body `SPACE_MAX_JSON_BODY_BYTES`.
 - E2B's volume content API (`/volumecontent/...`, whose token SPACE never issues)
   goes to its route unchecked: the route answers 501 without reading the body.
 """
@@ -39,10 +41,12 @@ from space.api.deps import authenticate
 from space.api.e2b.routing import EnvdAuthError, SandboxNotRunning, resolve, resolve_signed
 from space.api.e2b.tokens import AccessTokens
 from space.api.errors import error_body
+from space.api.template_schemas import MAX_TEMPLATE_BODY_BYTES
 from space.store.db import Database
 from space.store.errors import DatabaseUnavailable
 
 _UPLOADS = re.compile(r"^/v1/sandboxes/[^/]+/files$|^/files$")
+_TEMPLATE_BUILDS = "/v1/templates"
 _CONNECT = ("/process.Process/", "/filesystem.Filesystem/")
 _UNREAD = "/volumecontent/"
 _V1_CODES = {
@@ -85,7 +89,7 @@ class RequestLimits:
             return
         request = Request(scope)
         path = request.url.path
-        limit = self._upload_limit if _UPLOADS.match(path) else self._json_limit
+        limit = self._limit(path)
         try:
             refusal = await self._refusal(request, limit)
         except DatabaseUnavailable as exc:  # the credential could not be checked
@@ -96,6 +100,13 @@ class RequestLimits:
         encoding = request.headers.get("content-encoding", "identity").strip().lower()
         scope = {**scope, "headers": _without_encoding(scope)} if encoding != "identity" else scope
         await self.app(scope, _Counted(receive, limit, _WBITS.get(encoding)), send)
+
+    def _limit(self, path: str) -> int:
+        if _UPLOADS.match(path):
+            return self._upload_limit
+        if path == _TEMPLATE_BUILDS:
+            return max(MAX_TEMPLATE_BODY_BYTES, self._json_limit)
+        return self._json_limit
 
     async def _refusal(self, request: Request, limit: int) -> tuple[int, str] | None:
         if not await anyio.to_thread.run_sync(self._authenticated, request):

@@ -14,7 +14,8 @@ Refusals are `ApiError`s (status, code, message, field); each front renders
 them in its own error shape:
 
     422 out_of_bounds           timeout / idle_timeout past SPACE_LIMITS_TIMEOUT
-    422 unknown_template        the node has no such template (field `template`)
+    422 unknown_template        the node has no such template, or another org owns it
+                                (field `template`)
     422 invalid_network_policy  beyond the org's ceiling, or malformed (`network`)
     422 unknown_credential      `credentials.<i>`: no credential of the org of that
                                 name reaches the sandbox, or it is listed twice
@@ -73,6 +74,7 @@ from space.store.keys import Principal
 from space.store.models import Project, Sandbox
 from space.store.sandboxes import NewSandbox, SandboxRepo
 from space.store.states import DesiredState, SandboxState
+from space.store.templates import TemplateRepo
 
 FORK_MAX = 16  # sandboxes per fork call (the node's bound too)
 
@@ -152,7 +154,7 @@ class SandboxService:
         limit = self._settings.limits.timeout
         out_of_bounds("timeout", request.timeout or 0, limit)
         out_of_bounds("idle_timeout", request.idle_timeout or 0, limit)
-        await self.validate_template(request.template)
+        await self.validate_template(request.template, principal.org_id)
         new = NewSandbox(
             template=request.template,
             idle_timeout_seconds=request.idle_timeout
@@ -245,19 +247,26 @@ class SandboxService:
                 )
             return row.id
 
-    async def validate_template(self, template: str) -> None:
-        """422 unless the node knows `template` (not checked without a node here)."""
-        if self._node is not None and template not in (known := await self._node.templates()):
+    async def validate_template(self, template: str, org_id: str) -> None:
+        """422 unless the org may use `template`: not another org's, and known to the
+        node (that part not checked without a node here)."""
+        with self._db.session() as session:
+            owner = TemplateRepo(session).owner(template)
+        known = await self.templates(org_id) if self._node is not None else None
+        if owner not in (None, org_id) or (known is not None and template not in known):
             raise ApiError(
                 422,
                 "unknown_template",
-                f"no template {template!r}; known: {', '.join(known)}",
+                f"no template {template!r}; known: {', '.join(known or ())}",
                 "template",
             )
 
-    async def templates(self) -> list[str]:
-        """The templates the node can create sandboxes from."""
-        return await self._node_or_unavailable().templates()
+    async def templates(self, org_id: str) -> list[str]:
+        """The templates the node can create sandboxes from, less other orgs' own."""
+        names = await self._node_or_unavailable().templates()
+        with self._db.session() as session:
+            owners = TemplateRepo(session).owners_of(names)
+        return [name for name in names if owners.get(name, org_id) == org_id]
 
     def resolve_network(
         self, principal: Principal, network: dict[str, Any] | None

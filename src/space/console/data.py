@@ -2,7 +2,7 @@
 like /v1 (`Authorization: Bearer`) and scoped to the key's org.
 
 - `GET /console/api/whoami`: the key's org, project and admin flag, the sandbox size.
-- `GET /console/api/templates`: the node's templates and their warm pools.
+- `GET /console/api/templates`: the node's templates the org can use, their warm pools.
 - `GET /console/api/sandboxes/{id}/commands`: the sandbox's newest commands.
 - `GET /console/api/sandboxes/{id}/dir?path=`: one directory's entries (data plane).
 """
@@ -99,7 +99,7 @@ async def whoami(principal: PrincipalDep) -> WhoAmI:
 @router.get("/templates")
 async def templates(principal: PrincipalDep, state: StateDep) -> TemplateList:
     async with asyncio.timeout(state.settings.timeouts.node_call):
-        names = await state.node.templates()
+        names = await state.sandboxes.templates(principal.org_id)
     pools = {stats.template: stats for stats in state.node.warm_pool_stats()}
     out = []
     for name in names:

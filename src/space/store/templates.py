@@ -9,9 +9,11 @@ rest was cut).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -22,6 +24,34 @@ from space.store.models import TemplateBuild, TemplateName, utcnow
 MAX_LOG = 1 << 20
 CUT = "(the log is cut here: it reached its limit)\n"
 FINISHED = ("ready", "failed")
+ACTIVE = ("queued", "building")
+
+
+@dataclass(frozen=True)
+class BuildView:
+    """A build without its spec (`log` is None where it was not asked for)."""
+
+    id: str
+    org_id: str
+    name: str
+    state: str
+    error: str | None
+    digest: str | None
+    created_at: datetime
+    updated_at: datetime
+    log: str | None = None
+
+
+_VIEW = (
+    TemplateBuild.id,
+    TemplateBuild.org_id,
+    TemplateBuild.name,
+    TemplateBuild.state,
+    TemplateBuild.error,
+    TemplateBuild.digest,
+    TemplateBuild.created_at,
+    TemplateBuild.updated_at,
+)
 
 
 class TemplateNameTaken(StoreError):
@@ -61,6 +91,36 @@ class TemplateRepo:
     def names_of(self, org_id: str) -> list[str]:
         query = select(TemplateName.name).where(TemplateName.org_id == org_id)
         return sorted(self.session.scalars(query))
+
+    def owners_of(self, names: list[str]) -> dict[str, str]:
+        """The org owning each of `names` that an org owns."""
+        query = select(TemplateName.name, TemplateName.org_id).where(TemplateName.name.in_(names))
+        return {name: org_id for name, org_id in self.session.execute(query)}
+
+    def active_count(self, org_id: str) -> int:
+        """How many of the org's builds are queued or building."""
+        query = select(func.count()).where(
+            TemplateBuild.org_id == org_id, TemplateBuild.state.in_(ACTIVE)
+        )
+        return int(self.session.scalar(query) or 0)
+
+    def view(self, build_id: str) -> BuildView:
+        """The build with its log (NotFound if there is none)."""
+        row = self.session.execute(
+            select(*_VIEW, TemplateBuild.log).where(TemplateBuild.id == build_id)
+        ).one_or_none()
+        if row is None:
+            raise NotFound("build", build_id)
+        return BuildView(*row)
+
+    def views_of(self, org_id: str) -> list[BuildView]:
+        """The org's builds, oldest first, without their logs."""
+        query = (
+            select(*_VIEW)
+            .where(TemplateBuild.org_id == org_id)
+            .order_by(TemplateBuild.created_at, TemplateBuild.id)
+        )
+        return [BuildView(*row) for row in self.session.execute(query)]
 
     def queue(self, org_id: str, name: str, spec: dict[str, Any]) -> TemplateBuild:
         row = TemplateBuild(

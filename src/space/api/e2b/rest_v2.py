@@ -111,8 +111,9 @@ async def fork(
 
 @router.get("/templates/aliases/{alias}")
 async def template_alias(alias: str, principal: PrincipalDep, state: StateDep) -> JSONResponse:
-    """A SPACE template's name is its alias and its id; every one is public."""
-    if alias not in await state.sandboxes.templates():
+    """A SPACE template's name is its alias and its id; every one the org can use is
+    public (another org's own is not found)."""
+    if alias not in await state.sandboxes.templates(principal.org_id):
         raise E2bError(404, f"template {alias!r} not found")
     return JSONResponse({"templateID": alias, "public": True})
 

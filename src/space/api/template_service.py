@@ -1,0 +1,257 @@
+"""What `/v1/templates` does: queue a build of a template from a recipe, list the
+templates an org can use, follow a build's log, delete an org's template.
+
+A build is a `template_builds` row the leading controller's runner
+(`control.builds`) takes to a node; the API only queues it, with the org's claim on
+the name, in one transaction under the org's lock (so a per-org bound holds and two
+orgs racing for one name get one 202 and one 409). Refusals are `ApiError`s:
+
+    422 validation_error        not exactly one of `dockerfile` and `from`; a recipe
+                                whose first instruction is not FROM (`dockerfile`);
+                                a `context` path not relative and normalised, content
+                                not base64, or past the size bound (`context`)
+    422 unknown_template        FROM names no template the org can use (`from` or
+                                `dockerfile`)
+    422 invalid_network_policy  `network` beyond the org's ceiling, or malformed
+    409 template_name_taken     a built-in or operator-imported template's name, or
+                                another org's (field `name`)
+    429 quota_exceeded          the org has SPACE_QUOTA_TEMPLATE_BUILDS builds queued
+                                or building (field `template_builds`)
+    404 not_found               another org's build or template
+    409 build_in_progress       delete while a build of the template is queued or building
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import posixpath
+import time
+from collections.abc import AsyncIterator
+from typing import NoReturn
+
+from sqlalchemy.orm import Session
+
+from space.api.errors import ApiError
+from space.api.eventlog import Record
+from space.api.state import AppState
+from space.api.template_schemas import (
+    MAX_CONTEXT_BYTES,
+    BuildCreated,
+    CreateTemplate,
+    TemplateOut,
+    VersionOut,
+)
+from space.seam import wire
+from space.seam.values import BuildSpec
+from space.store import quotas
+from space.store.db import Database
+from space.store.errors import NotFound
+from space.store.keys import Principal
+from space.store.templates import ACTIVE, FINISHED, BuildView, TemplateNameTaken, TemplateRepo
+
+#: How often a build's event stream reads its row.
+POLL_SECONDS = 0.25
+
+
+def decoded_context(context: dict[str, str]) -> dict[str, bytes]:
+    """Each file's bytes; 422 naming `context` unless every path is relative and
+    normalised, every content base64, and all of it at most `MAX_CONTEXT_BYTES`."""
+    files: dict[str, bytes] = {}
+    for path, data in context.items():
+        normal = posixpath.normpath(path)
+        if path != normal or normal.startswith(("/", "../")) or normal in ("..", "."):
+            _invalid("context", f"{path!r} is not a relative, normalised path")
+        try:
+            files[path] = base64.b64decode(data, validate=True)
+        except binascii.Error:
+            _invalid("context", f"{path!r}: its content is not base64")
+    if sum(len(data) for data in files.values()) > MAX_CONTEXT_BYTES:
+        _invalid("context", f"at most {MAX_CONTEXT_BYTES >> 20} MiB decoded in all")
+    return files
+
+
+def recipe_base(recipe: str) -> str:
+    """The template the recipe's first instruction, FROM, names, read as the node reads
+    it (blank and comment lines skipped, `\\` continuations joined); 422 naming
+    `dockerfile` if it is not FROM. The node parses the rest."""
+    first: list[str] = []
+    for raw in recipe.splitlines():
+        stripped = raw.strip()
+        if not first and (not stripped or stripped.startswith("#")):
+            continue
+        if not stripped.endswith("\\"):
+            first.append(stripped)
+            break
+        first.append(stripped[:-1])
+    keyword, _, rest = " ".join(first).strip().partition(" ")
+    if keyword.upper() != "FROM" or len(rest.split()) != 1:
+        _invalid("dockerfile", "a recipe starts with FROM <template>")
+    return rest.strip()
+
+
+def _invalid(field: str, why: str) -> NoReturn:
+    raise ApiError(422, "validation_error", f"{field}: {why}", field)
+
+
+async def submit(state: AppState, principal: Principal, body: CreateTemplate) -> BuildCreated:
+    """Claim `body.name` for the org and queue its build (202's body)."""
+    if (body.dockerfile is None) == (body.from_ is None):
+        _invalid("dockerfile", "give exactly one of `dockerfile` and `from`")
+    recipe = body.dockerfile if body.dockerfile is not None else f"FROM {body.from_}\n"
+    base = recipe_base(recipe)
+    spec = BuildSpec(
+        name=body.name,
+        recipe=recipe,
+        context=decoded_context(body.context),
+        args=dict(body.args),
+        start_cmd=body.start_cmd,
+        ready_cmd=body.ready_cmd,
+        disk_mb=body.disk_mb,
+        memory_mib=body.memory_mb,
+        network=None
+        if body.network is None
+        else state.sandboxes.resolve_network(principal, body.network),
+    )
+    base_field = "dockerfile" if body.from_ is None else "from"
+    await _check_names(state, principal, body.name, base, base_field)
+    try:
+        with state.db.session() as session:
+            build_id = _queue(session, state, principal, spec)
+    except TemplateNameTaken as exc:
+        raise _taken(body.name, "another org's") from exc
+    return BuildCreated(build_id=build_id, name=body.name, state="queued")
+
+
+async def _check_names(
+    state: AppState, principal: Principal, name: str, base: str, base_field: str
+) -> None:
+    """422 unless the org can use `base`; 409 if `name` is the node's and no org's."""
+    usable = await state.sandboxes.templates(principal.org_id)
+    if base not in usable:
+        message = f"{base_field}: no template {base!r} to build from"
+        raise ApiError(422, "unknown_template", message, base_field)
+    if name in usable:
+        with state.db.session() as session:
+            if TemplateRepo(session).owner(name) is None:
+                raise _taken(name, "a built-in or operator-imported template's")
+
+
+def _taken(name: str, whose: str) -> ApiError:
+    return ApiError(409, "template_name_taken", f"{name!r} is {whose} name", "name")
+
+
+def _queue(session: Session, state: AppState, principal: Principal, spec: BuildSpec) -> str:
+    """Under the org's lock: the bound, the claim, the queued row (its id)."""
+    quotas.lock_org(session, principal.org_id)
+    repo = TemplateRepo(session)
+    limit = state.settings.quotas.template_builds
+    if repo.active_count(principal.org_id) >= limit:
+        exc = quotas.QuotaExceeded("template_builds", limit, f"org {principal.org_id}")
+        raise ApiError(429, "quota_exceeded", str(exc), exc.quota)
+    repo.claim(principal.org_id, spec.name)
+    return repo.queue(principal.org_id, spec.name, wire.encode(spec)).id
+
+
+async def listed(state: AppState, principal: Principal) -> list[TemplateOut]:
+    """The node's templates the org can use, and the org's own with their builds."""
+    usable = await state.sandboxes.templates(principal.org_id)
+    with state.db.session() as session:
+        repo = TemplateRepo(session)
+        own = repo.names_of(principal.org_id)
+        builds = repo.views_of(principal.org_id)
+    out = [_owned(name, [b for b in builds if b.name == name]) for name in own]
+    out += [_theirs(name) for name in usable if name not in own]
+    return sorted(out, key=lambda template: template.name)
+
+
+async def one(state: AppState, principal: Principal, name: str) -> TemplateOut:
+    """`listed`'s entry for `name` (NotFound if the org cannot use it)."""
+    for template in await listed(state, principal):
+        if template.name == name:
+            return template
+    raise NotFound("template", name)
+
+
+def _owned(name: str, builds: list[BuildView]) -> TemplateOut:
+    latest = builds[-1] if builds else None
+    return TemplateOut(
+        name=name,
+        owned=True,
+        state=latest.state if latest else "ready",
+        latest_build=latest.id if latest else None,
+        versions=[
+            VersionOut(build_id=b.id, digest=b.digest, created_at=b.created_at)
+            for b in builds
+            if b.state == "ready"
+        ],
+    )
+
+
+def _theirs(name: str) -> TemplateOut:
+    return TemplateOut(name=name, owned=False, state="ready", latest_build=None, versions=[])
+
+
+def build_of(db: Database, principal: Principal, build_id: str) -> BuildView:
+    """The org's build with its log (another org's is NotFound)."""
+    with db.session() as session:
+        view = TemplateRepo(session).view(build_id)
+    if view.org_id != principal.org_id:
+        raise NotFound("build", build_id)
+    return view
+
+
+async def delete(state: AppState, principal: Principal, name: str) -> None:
+    """The org's template off the node, then its name and builds (409 while one of
+    them is queued or building)."""
+    with state.db.session() as session:
+        if TemplateRepo(session).owner(name) != principal.org_id:
+            raise NotFound("template", name)
+        _idle(session, principal, name)
+    async with asyncio.timeout(state.settings.timeouts.node_call):
+        await state.node.delete_template(name)
+    with state.db.session() as session:
+        quotas.lock_org(session, principal.org_id)
+        _idle(session, principal, name)
+        repo = TemplateRepo(session)
+        repo.release(name)
+        repo.remove_builds(principal.org_id, name)
+
+
+def _idle(session: Session, principal: Principal, name: str) -> None:
+    active = [b for b in TemplateRepo(session).views_of(principal.org_id) if b.name == name]
+    if any(b.state in ACTIVE for b in active):
+        message = f"template {name!r} has a build queued or building"
+        raise ApiError(409, "build_in_progress", message, "name")
+
+
+async def events(
+    db: Database, build_id: str, after: int, *, keepalive: float, limit: float
+) -> AsyncIterator[Record | None]:
+    """The build's log from byte `after` on as `log` records (each id is the byte
+    offset it ends at), then one `done` record with the final state; None when
+    `keepalive` s passed without one. Ends after `limit` s (or if the build goes)."""
+    deadline = time.monotonic() + limit
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            view = await asyncio.to_thread(_view, db, build_id)
+        except NotFound:
+            return
+        log = (view.log or "").encode()
+        if len(log) > after:
+            yield Record(len(log), "log", {"text": log[after:].decode(errors="replace")})
+            after, quiet_since = len(log), time.monotonic()
+        if view.state in FINISHED:
+            yield Record(after, "done", {"state": view.state, "error": view.error})
+            return
+        if time.monotonic() - quiet_since >= keepalive:
+            yield None
+            quiet_since = time.monotonic()
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def _view(db: Database, build_id: str) -> BuildView:
+    with db.session() as session:
+        return TemplateRepo(session).view(build_id)
