@@ -56,6 +56,6 @@ async def test_another_orgs_name_and_sandbox_are_out_of_reach(
         theirs = (await other.post("/v1/sandboxes", json={})).json()["id"]
         refused = await other.post(f"/v1/sandboxes/{theirs}/snapshot", json={"name": "taken"})
         assert refused.status_code == 409, refused.text
-        assert refused.json()["error"]["code"] == "template_exists"
+        assert refused.json()["error"]["code"] == "template_name_taken"
         stolen = await other.post(f"/v1/sandboxes/{sandbox}/snapshot", json={"name": "x2"})
         assert stolen.status_code == 404, stolen.text

@@ -1,7 +1,7 @@
 """Snapshots to templates, for both fronts: a running sandbox's disk becomes the
 newest version of a template the org owns (`store/templates.py`).
 
-A name is refused (409 `template_exists`, field `name`) when it is built in or an
+A name is refused (409 `template_name_taken`, field `name`) when it is built in or an
 operator's (the node lists it and no org owns it) or another org's; the org owns it
 from its first snapshot or build on. The node syncs the guest, reflinks its disk
 while it is paused for an instant and registers it; the source runs on.
@@ -42,8 +42,8 @@ def _claim(state: AppState, org_id: str, name: str, known: list[str]) -> None:
     with state.db.session() as session:
         repo = TemplateRepo(session)
         if repo.owner(name) is None and name in known:
-            raise ApiError(409, "template_exists", f"template {name!r} is not yours", "name")
+            raise ApiError(409, "template_name_taken", f"template {name!r} is not yours", "name")
         try:
             repo.claim(org_id, name)
         except TemplateNameTaken as exc:
-            raise ApiError(409, "template_exists", str(exc), "name") from None
+            raise ApiError(409, "template_name_taken", str(exc), "name") from None
