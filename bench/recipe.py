@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -69,6 +70,7 @@ def main(rounds: int) -> None:
     emit(f"create from a recipe template vs base (accel {os.environ.get('SPACE_ACCEL', 'tcg')})")
     root = Path(tempfile.mkdtemp(prefix="space-bench-recipe-"))
     cache = private_cache(root / "cache")
+    (root / "server").mkdir()
     server = SpaceServer(root / "server", SPACE_NODE_WARM_POOL="{}", SPACE_CACHE_DIR=str(cache))
     try:
         server.start()
@@ -97,6 +99,7 @@ def main(rounds: int) -> None:
             value("  recipe p50 / base p50 (goal <= 1.2)", ratio, "x")
     finally:
         server.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
