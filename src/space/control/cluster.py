@@ -207,10 +207,14 @@ class Cluster:
             placed = builds.get(build_id).node
             if placed is not None and placed in self._members:
                 return placed
-            nodes = [n for n in NodeRepo(session).all() if n.name in self._members]
-            chosen = choose(nodes, "base", PlacementRepo(session).load()).name
+            chosen = self._least_loaded(session)
             builds.start(build_id, chosen)
             return chosen
+
+    def _least_loaded(self, session: Session) -> str:
+        """The ready member a new build or volume goes to, as for a create of `base`."""
+        nodes = [n for n in NodeRepo(session).all() if n.name in self._members]
+        return choose(nodes, "base", PlacementRepo(session).load()).name
 
     async def build_status(self, build_id: str, after: int) -> BuildStatus:
         """`unknown` when its node is lost or gone: the build went with it."""
@@ -246,8 +250,7 @@ class Cluster:
             placed = volumes.node_of(volume_id)
             if placed is not None and placed in self._members:
                 return placed
-            nodes = [n for n in NodeRepo(session).all() if n.name in self._members]
-            chosen = choose(nodes, "base", PlacementRepo(session).load()).name
+            chosen = self._least_loaded(session)
             volumes.place(volume_id, chosen)
             return chosen
 
