@@ -41,6 +41,21 @@ async def test_a_new_sandbox_gets_its_view_with_the_values(
     assert VALUE not in repr(grant)  # a log line of the grant never shows the value
 
 
+async def test_forks_get_their_views_only_in_an_org_with_credentials(
+    client: httpx.AsyncClient, fake_node: FakeNode
+) -> None:
+    source = (await client.post("/v1/sandboxes", json={})).json()["id"]
+    bare = await client.post(f"/v1/sandboxes/{source}/fork", json={"count": 2})
+    assert bare.status_code == 201, bare.text
+    assert not {f["id"] for f in bare.json()["sandboxes"]} & set(fake_node.grants)
+    credential = await created(client)
+    forks = await client.post(f"/v1/sandboxes/{source}/fork", json={"count": 2})
+    assert forks.status_code == 201, forks.text
+    for fork in forks.json()["sandboxes"]:
+        view, _ = latest(fake_node, fork["id"])
+        assert [e.credential_id for e in view.entries] == [credential["id"]]
+
+
 async def test_changes_reach_running_sandboxes_of_the_org_only(
     client: httpx.AsyncClient, fake_node: FakeNode, make_key: Callable[..., str]
 ) -> None:

@@ -47,8 +47,8 @@ class CredentialPush:
         self._timeout = timeout
 
     async def created(self, row: Sandbox) -> None:
-        """A new sandbox runs: hand its gateway its view, if its org has credentials."""
-        await self._push(row, only_with_credentials=True)
+        """A new sandbox of an org that holds credentials runs: hand its gateway its view."""
+        await self._push(row)
 
     async def changed(self, row: Sandbox) -> None:
         """The sandbox's own inputs to its view changed (its uses): it gets its view."""
@@ -81,26 +81,21 @@ class CredentialPush:
             rows = session.scalars(select(Sandbox).where(Sandbox.id.in_(ids))).all() if ids else []
         return [r for r in rows if r.state == SandboxState.RUNNING.value]
 
-    async def _push(self, row: Sandbox, *, only_with_credentials: bool = False) -> None:
+    async def _push(self, row: Sandbox) -> None:
         if self._node is None:
             return
         try:
-            grant = await asyncio.to_thread(self._grant, row, only_with_credentials)
-            if grant is None:
-                return
+            grant = await asyncio.to_thread(self._grant, row)
             async with asyncio.timeout(self._timeout):
                 await self._node.set_credentials(row.id, grant)
         except Exception as exc:  # this sandbox keeps its previous view; the rest go on
             log.error("credentials: sandbox %s did not get its new view: %s", row.id, exc)
 
-    def _grant(self, row: Sandbox, only_with_credentials: bool) -> CredentialGrant | None:
-        """The view and its values; None if asked `only_with_credentials` and the org
-        holds none (a create then stamps no view)."""
+    def _grant(self, row: Sandbox) -> CredentialGrant:
+        """The view and its values."""
         service, now = self._service, utcnow()
         with self._db.session() as session:
             repo = CredentialRepo(session)
-            if only_with_credentials and repo.count(row.org_id) == 0:
-                return None
             view = repo.view(service.sandbox_ref(session, row), service.placeholder_secret, now)
             values = {
                 CredentialGrant.key(e.credential_id, e.value_version): repo.reveal(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
+import anyio.to_thread
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
@@ -28,7 +29,8 @@ from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState
 
 
-def _state(request: Request) -> AppState:
+async def _state(request: Request) -> AppState:
+    """The app's state (async: FastAPI runs a plain function dependency in a thread)."""
     state: AppState = request.app.state.space
     return state
 
@@ -63,24 +65,37 @@ def _session(state: StateDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(_session)]
 
 
-def authenticate(request: Request, db: Database, key: str) -> Principal | None:
-    """The principal `key` belongs to (None: unknown, revoked or expired), looked up
-    once per request: the body-limit middleware and the route's dependency share it."""
+def _known(request: Request) -> dict[str, Principal | None]:
+    """The keys this request has looked up, with what each belongs to."""
     known: dict[str, Principal | None] = request.scope.setdefault("state", {}).setdefault(
         "space_principals", {}
     )
+    return known
+
+
+def authenticate(request: Request, db: Database, key: str) -> Principal | None:
+    """The principal `key` belongs to (None: unknown, revoked or expired), looked up
+    once per request: the body-limit middleware and the route's dependency share it."""
+    known = _known(request)
     if key not in known:
         with db.session() as session:
             known[key] = KeyRepo(session).authenticate(key)
     return known[key]
 
 
-def _principal(request: Request, state: StateDep) -> Principal:
+async def _principal(request: Request, state: StateDep) -> Principal:
+    """The caller; a key the body-limit middleware already looked up is not looked up
+    again, any other is looked up in a worker thread."""
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
         raise ApiError(401, "unauthorized", "missing `Authorization: Bearer <key>` header")
-    principal = authenticate(request, state.db, key.strip())
+    known = _known(request)
+    if key in known:
+        principal = known[key]
+    else:
+        principal = await anyio.to_thread.run_sync(authenticate, request, state.db, key)
     if principal is None:
         raise ApiError(401, "unauthorized", "invalid API key")
     return principal

@@ -170,12 +170,12 @@ class SandboxService:
         )
         sandbox_id = self._keyed(principal, new) or self._insert(principal, new, request)
         await self._lifecycle.ensure_created(sandbox_id)
-        row = self.get(principal, sandbox_id)
+        [row], org_holds_credentials = self._read_back(principal, [sandbox_id])
         if row.state == SandboxState.ERROR.value:
             raise ApiError(502, "sandbox_create_failed", f"sandbox {row.id}: {row.reason}")
         if row.state != SandboxState.RUNNING.value:
             raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
-        if self._credentials is not None:
+        if self._credentials is not None and org_holds_credentials:
             await self._credentials.created(row)
         return row
 
@@ -195,16 +195,24 @@ class SandboxService:
             admit_sandbox(session, self._settings.quotas, principal, count)
             ids = [row.id for row in SandboxRepo(session).create_forks(source, count)]
         await self._lifecycle.ensure_forked(source.id, ids)
-        rows = [self.get(principal, sandbox_id) for sandbox_id in ids]
+        rows, org_holds_credentials = self._read_back(principal, ids)
         for row in rows:
             if row.state == SandboxState.ERROR.value:
                 raise ApiError(502, "sandbox_fork_failed", f"sandbox {row.id}: {row.reason}")
             if row.state != SandboxState.RUNNING.value:
                 raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
-        if self._credentials is not None:
+        if self._credentials is not None and org_holds_credentials:
             for row in rows:
                 await self._credentials.created(row)
         return rows
+
+    def _read_back(self, principal: Principal, ids: list[str]) -> tuple[list[Sandbox], bool]:
+        """The caller's sandboxes `ids` as the node left them, and whether their org
+        holds any credential (their gateways then get a view): one transaction."""
+        with self._db.session() as session:
+            repo = SandboxRepo(session)
+            rows = [repo.get(sandbox_id, org_id=principal.org_id) for sandbox_id in ids]
+            return rows, CredentialRepo(session).count(principal.org_id) > 0
 
     def _insert(self, principal: Principal, new: NewSandbox, request: SandboxRequest) -> str:
         """The row, its credentials, quota and volumes checked in its transaction (the

@@ -127,20 +127,29 @@ class KeyRepo:
         return self.session.scalar(query) is not None
 
     def authenticate(self, key: str) -> Principal | None:
-        """The principal a presented key belongs to, or None (also if revoked or expired)."""
+        """The principal a presented key belongs to, or None (also if revoked or expired):
+        one query for the key's candidates and their orgs' names."""
         digest = _digest(key)
-        candidates = self.session.scalars(
-            select(ApiKey).where(ApiKey.prefix == key[:KEY_PREFIX_LEN], _valid())
+        candidates = self.session.execute(
+            select(
+                ApiKey.key_hash,
+                ApiKey.id,
+                ApiKey.org_id,
+                Org.name,
+                ApiKey.project_id,
+                ApiKey.is_admin,
+            )
+            .join(Org, Org.id == ApiKey.org_id)
+            .where(ApiKey.prefix == key[:KEY_PREFIX_LEN], _valid())
         )
-        for row in candidates:
-            if hmac.compare_digest(row.key_hash, digest):
-                org = self.session.get_one(Org, row.org_id)
+        for key_hash, key_id, org_id, org_name, project_id, is_admin in candidates:
+            if hmac.compare_digest(key_hash, digest):
                 return Principal(
-                    key_id=row.id,
-                    org_id=row.org_id,
-                    org_name=org.name,
-                    project_id=row.project_id,
-                    is_admin=row.is_admin,
+                    key_id=key_id,
+                    org_id=org_id,
+                    org_name=org_name,
+                    project_id=project_id,
+                    is_admin=is_admin,
                 )
         return None
 

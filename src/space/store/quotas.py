@@ -9,7 +9,7 @@ caller then counts and inserts in the same transaction.
 
 from __future__ import annotations
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import bindparam, case, func, select, update
 from sqlalchemy.orm import Session
 
 from space.store.commands import CommandState
@@ -31,13 +31,20 @@ class QuotaExceeded(StoreError):
         self.limit = limit
 
 
+# Built once: a statement's construction costs more than its cached execution.
+_LOCK_ORG = (
+    update(Org)
+    .where(Org.id == bindparam("org_id"))
+    .values(name=Org.name)
+    .execution_options(synchronize_session=False)
+)
+_LIVE_SANDBOXES = select(func.count()).where(
+    Sandbox.org_id == bindparam("org_id"), Sandbox.state.not_in(NOT_LIVE)
+)
+
+
 def lock_org(session: Session, org_id: str) -> None:
-    session.execute(
-        update(Org)
-        .where(Org.id == org_id)
-        .values(name=Org.name)
-        .execution_options(synchronize_session=False)
-    )
+    session.execute(_LOCK_ORG, {"org_id": org_id})
 
 
 def org_name(session: Session, org_id: str) -> str:
@@ -45,8 +52,7 @@ def org_name(session: Session, org_id: str) -> str:
 
 
 def live_sandboxes(session: Session, org_id: str) -> int:
-    query = select(func.count()).where(Sandbox.org_id == org_id, Sandbox.state.not_in(NOT_LIVE))
-    return int(session.scalar(query) or 0)
+    return int(session.scalar(_LIVE_SANDBOXES, {"org_id": org_id}) or 0)
 
 
 def running_commands(session: Session, org_id: str, sandbox_id: str) -> tuple[int, int]:
