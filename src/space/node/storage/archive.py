@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from space.node.records import check_sandbox_id
-from space.node.storage.snapshots import MANIFEST, LocalSnapshotStore, read_manifest
+from space.node.storage.snapshots import MANIFEST, LocalSnapshotStore, fsync_path, read_manifest
 
 RECORD = "record.json"
 HOLDER = "holder"
@@ -208,10 +208,10 @@ def _sealed(path: Path) -> bool:
 
 
 def _seal(partial: Path) -> Path:
-    _fsync(partial)
+    fsync_path(partial)
     sealed = partial.with_name(partial.name.removesuffix(PARTIAL))
     os.replace(partial, sealed)
-    _fsync(partial.parent)
+    fsync_path(partial.parent)
     return sealed
 
 
@@ -226,11 +226,3 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 def _read_json(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text())
     return data
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -55,7 +55,7 @@ class LocalSnapshotStore:
     def seal(self, partial: Path, manifest: dict[str, Any], *, durable: bool = True) -> Path:
         """Rename `partial` sealed; `durable`: every file fsynced first (a snapshot
         nothing needs after a crash, such as a fork's, skips that)."""
-        sync = _fsync if durable else _no_sync
+        sync = fsync_path if durable else _no_sync
         for item in partial.iterdir():
             sync(item)
         (partial / MANIFEST).write_text(json.dumps({"version": MANIFEST_VERSION, **manifest}))
@@ -100,7 +100,8 @@ def _no_sync(path: Path) -> None:
     """A seal that need not survive a crash."""
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory."""
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
     try:
         os.fsync(fd)
