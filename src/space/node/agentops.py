@@ -5,7 +5,8 @@ the sandbox's env, under the request's; the image's user and working directory
 unless the request names its own), whole-file reads and
 writes, stat, list, mkdir, move, remove, watch, processes with a user / stdin
 choice / PTY, the process list and re-attaching. Every method finds the running
-sandbox's `AgentClient` on the host and turns the agent's file errors into the
+sandbox's `AgentClient` on the host (after its handshake in progress, if any: a warm
+claim's personalisation, an adoption) and turns the agent's file errors into the
 `OSError` subclasses the seam promises (an unknown pid: `ProcessLookupError`).
 """
 
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
+from functools import partial
 
 from space.node.agent import AgentClient, AgentOperationError, AgentProcess, Watch
 from space.node.fileerrors import as_oserror
-from space.node.host import NodeHost
+from space.node.host import HANDSHAKE_WAIT, NodeHost
 from space.node.metrics import NodeMetrics
 from space.node.templates.registry import ProcessDefaults, Registry
 from space.seam.values import ExecRequest, ExecResult, FileInfo, ProcessInfo, WatchEvent
@@ -27,11 +29,13 @@ from space.seam.values import ExecRequest, ExecResult, FileInfo, ProcessInfo, Wa
 class OsErrorWatch:
     """A `Watch` whose agent file errors surface as `OSError` (e.g. FileNotFoundError)."""
 
-    def __init__(self, watch: Watch, path: str) -> None:
+    def __init__(self, watch: Watch, path: str, settled: Callable[[], Awaitable[None]]) -> None:
         self._watch = watch
         self._path = path
+        self._settled = settled  # the sandbox's handshake in progress, if any
 
     async def start(self) -> None:
+        await self._settled()
         with as_oserror(self._path):
             await self._watch.start()
 
@@ -39,6 +43,7 @@ class OsErrorWatch:
         return self._events()
 
     async def _events(self) -> AsyncIterator[WatchEvent]:
+        await self._settled()
         with as_oserror(self._path):
             async for event in self._watch:
                 yield event
@@ -108,7 +113,10 @@ class AgentOps:
             await agent.remove(path)
 
     def watch(self, sandbox_id: str, path: str, recursive: bool = False) -> OsErrorWatch:
-        return OsErrorWatch(self._host.agent(sandbox_id).watch(path, recursive), path)
+        sandbox, agent = self._host.sandbox(sandbox_id), self._host.agent(sandbox_id)
+        return OsErrorWatch(
+            agent.watch(path, recursive), path, partial(sandbox.settled, HANDSHAKE_WAIT)
+        )
 
     async def start_process(
         self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool

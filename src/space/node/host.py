@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 DriverMaker = Callable[[], VmmDriver]
 
 
-ADOPTION_WAIT = 60.0  # a request to an adopted sandbox waits this long for its agent
+HANDSHAKE_WAIT = 60.0  # a request waits this long for a handshake in progress (`settled`)
 
 
 def volume_serial(index: int) -> str:
@@ -222,12 +222,12 @@ class NodeHost:
         return sandbox
 
     async def live(self, sandbox_id: str) -> Sandbox:
-        """`running`, after waiting (bounded) for an adoption handshake in progress."""
-        await self.sandbox(sandbox_id).adopted(ADOPTION_WAIT)
+        """`running`, after waiting (bounded) for an agent handshake in progress."""
+        await self.sandbox(sandbox_id).settled(HANDSHAKE_WAIT)
         return self.running(sandbox_id)
 
     async def live_agent(self, sandbox_id: str) -> AgentClient:
-        """`agent`, after waiting (bounded) for an adoption handshake in progress."""
+        """`agent`, after waiting (bounded) for an agent handshake in progress."""
         await self.live(sandbox_id)
         return self.agent(sandbox_id)
 

@@ -32,7 +32,7 @@ from space.node.agentops import AgentOps, OsErrorWatch
 from space.node.buildjobs import BuildJobs
 from space.node.catalog import TemplateCatalog
 from space.node.fork import Forks
-from space.node.host import ADOPTION_WAIT, NodeHost
+from space.node.host import HANDSHAKE_WAIT, NodeHost
 from space.node.metrics import NodeMetrics
 from space.node.moving import Moves
 from space.node.network.egress import Egress
@@ -259,7 +259,7 @@ class LocalNode:
     async def suspend_sandbox(self, sandbox_id: str) -> None:
         """Snapshot memory, devices and disk (sealed, fsynced), then end the VM."""
         sandbox = self.sandbox(sandbox_id)
-        await sandbox.adopted(ADOPTION_WAIT)
+        await sandbox.settled(HANDSHAKE_WAIT)
         if sandbox.state not in ("running", "paused"):
             raise SandboxUnavailable(sandbox_id, sandbox.state, "only a live sandbox suspends")
         started = time.perf_counter()
@@ -343,6 +343,7 @@ class LocalNode:
         self, sandbox_id: str, port: int
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         sandbox = self.sandbox(sandbox_id)
+        await sandbox.settled(HANDSHAKE_WAIT)
         if sandbox.state != "running":
             raise SandboxUnavailable(sandbox_id, sandbox.state, "only a running sandbox is reached")
         return await ingress.open_port(self._host.net.netns_name(sandbox.record.slot), port)

@@ -18,7 +18,6 @@ import logging
 import secrets
 import shutil
 import time
-from collections.abc import Awaitable
 from pathlib import Path
 
 from space.node.agent import AgentClient, AgentError
@@ -137,19 +136,25 @@ class Provisioning:
         sandbox.state = "running"
 
     async def claim(self, entry: Sandbox, spec: SandboxSpec) -> SandboxObservation:
-        """Hand a warm VM to `spec.sandbox_id`: persist the mapping (its fsyncs in a
-        thread) while the agent personalises it, both done before the answer."""
+        """Hand a warm VM to `spec.sandbox_id`: its record saved and its egress policy
+        set before the answer; the agent's personalisation (identity and env, clock,
+        entropy: one round trip into the guest, most of a claim under TCG) runs on as
+        the sandbox's handshake, which every call into the sandbox waits for
+        (`Sandbox.settled`). A crash before it lands is personalised on adoption.
+        The record's fsyncs run in a thread: they wait for the journal, which holds
+        whatever else the host wrote meanwhile (~10 ms here), and the loop serves on."""
         record = dataclasses.replace(
             entry.record, sandbox_id=spec.sandbox_id, env=dict(spec.env), network=spec.network
         )
         entry.record = record
         self._host.sandboxes[spec.sandbox_id] = entry
         try:
-            await _both(asyncio.to_thread(self._host.save, entry, record), entry.personalise())
-            await self._host.egress.claim(entry.record.slot, spec.network, spec.sandbox_id)
+            await asyncio.to_thread(self._host.save, entry, record)
+            await self._host.egress.claim(record.slot, spec.network, spec.sandbox_id)
         except BaseException:
             await self._host.destroy(spec.sandbox_id)
             raise
+        entry.personalise_behind(self._host.agent_timeout)
         return entry.observation()
 
     async def fill_warm(self, template: str) -> Sandbox:
@@ -244,14 +249,6 @@ class Provisioning:
             shutil.rmtree(host.run_dir / vm_id, ignore_errors=True)
             disk.unlink(missing_ok=True)
             memory.unlink(missing_ok=True)
-
-
-async def _both(first: Awaitable[None], second: Awaitable[None]) -> None:
-    """Run both to their end (neither is left running behind a failure), then raise the
-    first failure."""
-    for result in await asyncio.gather(first, second, return_exceptions=True):
-        if isinstance(result, BaseException):
-            raise result
 
 
 def _record(spec: SandboxSpec, digest: str) -> SandboxRecord:

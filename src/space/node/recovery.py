@@ -125,7 +125,7 @@ class Recovery:
                     attempt = min(attempt * 2, left - pause)
                     pause = min(pause * 2, settings.backoff_max)
 
-        sandbox.adoption = spawn(handshake(), name=f"adopt-{record.sandbox_id}")
+        sandbox.handshake = spawn(handshake(), name=f"adopt-{record.sandbox_id}")
 
     async def _resume(self, vm: VmHandle) -> None:
         """`cont` the adopted VM, retried a few times: a QEMU that saved its state

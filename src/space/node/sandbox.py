@@ -29,7 +29,7 @@ class Sandbox:
     state: ObservedState = "creating"
     reason: str | None = None
     stopping: bool = False
-    adoption: asyncio.Task[None] | None = field(default=None, repr=False)
+    handshake: asyncio.Task[None] | None = field(default=None, repr=False)
     _watcher: asyncio.Task[None] | None = field(default=None, repr=False)
     _console: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -62,13 +62,30 @@ class Sandbox:
         if self.agent is not None:
             await self.agent.close()
 
-    async def adopted(self, timeout: float) -> None:
-        """Wait up to `timeout` for the agent handshake of a VM adopted at startup, so
-        a request racing a restart is served instead of refused while it runs."""
-        task = self.adoption
+    async def settled(self, timeout: float) -> None:
+        """Wait up to `timeout` for an agent handshake in progress (a VM adopted at
+        startup, a warm VM's personalisation after its claim), so a request racing it
+        is served after it instead of refused or sent before it."""
+        task = self.handshake
         if task is not None and not task.done():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(task), timeout)
+
+    def personalise_behind(self, timeout: float) -> None:
+        """Personalise as this sandbox's handshake, in the background: calls into it
+        wait for it (`settled`); if it fails or outlasts `timeout`, the sandbox is
+        `error` (the controller then fails its row)."""
+
+        async def run() -> None:
+            try:
+                async with asyncio.timeout(timeout):
+                    await self.personalise()
+            except Exception as exc:
+                if not self.stopping:
+                    self.state, self.reason = "error", f"personalisation failed: {exc!r}"
+                    log.error("sandbox %s: %s", self.sandbox_id, self.reason)
+
+        self.handshake = spawn(run(), name=f"personalise-{self.sandbox_id}")
 
     async def connect_agent(self, timeout: float) -> AgentClient:
         assert self.vm is not None
