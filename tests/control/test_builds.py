@@ -1,31 +1,21 @@
 """The template build runner (`space.control.builds`) over a fake node: one build at a
 time, the node's log copied once, ready and failed recorded, a build the node does not
-know (it restarted mid-build) failed with no template left, a refused start failed."""
+know (it restarted mid-build) failed with no template left, a refused start failed;
+an idle runner looks at the table only every few seconds."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
-from space.config import Settings
-from space.control.builds import CUT_SHORT, Builds
+from space.control import builds as builds_module
+from space.control.builds import CUT_SHORT, IDLE_POLL_SECONDS, Builds
 from space.seam import wire
 from space.seam.values import BuildSpec
-from space.store.db import Database, make_engine, upgrade
+from space.store.db import Database
 from space.store.keys import KeyRepo
 from space.store.models import TemplateBuild
 from space.store.templates import MAX_LOG, TemplateNameTaken, TemplateRepo
 from tests.control.fakes import FakeNode
-
-
-@pytest.fixture
-async def store(settings: Settings) -> AsyncIterator[Database]:
-    engine = make_engine(settings.database_url)
-    upgrade(engine)
-    db = Database(engine)
-    yield db
-    db.dispose()
 
 
 def queue(db: Database, name: str, recipe: str = "FROM base\nRUN true\n", org: str = "acme") -> str:
@@ -100,3 +90,20 @@ async def test_a_name_is_its_first_builders_and_a_log_is_bounded(store: Database
             repo.append(build_id, ("x" * (MAX_LOG // 2),), n + 1)
     log = build(store, build_id).log
     assert len(log.encode()) <= MAX_LOG + 100 and log.endswith("limit)\n")
+
+
+async def test_an_idle_runner_looks_for_queued_builds_only_every_few_seconds(
+    store: Database, fake_node: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(builds_module.time, "monotonic", lambda: now[0])
+    builds = runner(store, fake_node)
+    await builds.poll()  # finds nothing: idle
+    queued = queue(store, "later")
+    await builds.poll()
+    assert build(store, queued).state == "queued" and not fake_node.builds
+    now[0] += IDLE_POLL_SECONDS
+    await builds.poll()
+    assert build(store, queued).state == "building"
+    await builds.poll()  # a build is running: every pass follows it
+    assert build(store, queued).state == "ready"

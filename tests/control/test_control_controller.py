@@ -7,24 +7,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from space.config import ControllerConfig, Settings, TimeoutConfig
+from space.config import ControllerConfig, TimeoutConfig
 from space.control.controller import Controller
 from space.seam.values import SandboxObservation, SandboxSpec
-from space.store.db import Database, make_engine, upgrade
+from space.store.db import Database
 from space.store.keys import KeyRepo
 from space.store.models import Sandbox
 from space.store.sandboxes import NewSandbox, SandboxRepo
 from space.store.states import DesiredState, SandboxState
 from tests.control.fakes import FakeNode
-
-
-@pytest.fixture
-async def store(settings: Settings) -> AsyncIterator[Database]:
-    engine = make_engine(settings.database_url)
-    upgrade(engine)
-    db = Database(engine)
-    yield db
-    db.dispose()
 
 
 @pytest.fixture

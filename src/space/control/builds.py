@@ -6,13 +6,16 @@ digest) or `failed` (with the node's reason). A build its node does not know (th
 node restarted mid-build, or the start never reached it) is `failed`: nothing of it
 was registered, so no half template is left. Then, with no build running, the oldest
 `queued` one starts: marked `building` before the node is asked, so a crash between
-the two is seen as a build the node does not know.
+the two is seen as a build the node does not know. The controller runs `poll`:
+a pass every interval while a build is queued or building, and with none, a look
+at the table only every `IDLE_POLL_SECONDS`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from space.seam import wire
@@ -24,6 +27,7 @@ from space.store.templates import TemplateRepo
 
 log = logging.getLogger(__name__)
 
+IDLE_POLL_SECONDS = 2.0  # how soon an idle runner sees a newly queued build
 CUT_SHORT = "the build was cut short (its node restarted or was lost); nothing of it was kept"
 
 
@@ -35,8 +39,18 @@ class Builds:
         self._node = node
         self._fence = fence
         self._timeout = timeout
+        self._idle_since: float | None = None  # the last pass found no build
 
-    async def once(self) -> None:
+    async def poll(self) -> None:
+        """`once`, unless the last pass found no build and it was less than
+        `IDLE_POLL_SECONDS` ago."""
+        now = time.monotonic()
+        if self._idle_since is not None and now - self._idle_since < IDLE_POLL_SECONDS:
+            return
+        self._idle_since = None if await self.once() else now
+
+    async def once(self) -> bool:
+        """One pass; whether a build was building or queued."""
         building = await asyncio.to_thread(self._rows, "building")
         for row in building:
             try:
@@ -47,13 +61,13 @@ class Builds:
                 continue
             self._fence()
             await asyncio.to_thread(self._record, row.id, status)
-        if not building:
-            await self._start_next()
+        return bool(building) or await self._start_next()
 
-    async def _start_next(self) -> None:
+    async def _start_next(self) -> bool:
+        """Start the oldest queued build; whether there was one."""
         queued = await asyncio.to_thread(self._rows, "queued")
         if not queued:
-            return
+            return False
         row = queued[0]
         self._fence()
         await asyncio.to_thread(self._mark_building, row.id)
@@ -64,8 +78,9 @@ class Builds:
         except Exception as exc:
             log.warning("build %s did not start: %s", row.id, exc)
             await asyncio.to_thread(self._finish, row.id, "failed", None, f"not started: {exc}")
-            return
+            return True
         log.info("build %s of template %s started", row.id, row.name)
+        return True
 
     def _rows(self, state: str) -> list[TemplateBuild]:
         with self._db.session() as session:

@@ -158,7 +158,7 @@ class Controller:
         )
         builds = run_periodically(
             "template-builds",
-            _through_outages(self.builds.once),
+            _through_outages(self.builds.poll),
             interval=BUILD_POLL_SECONDS,
             backoff=self._config.restart_backoff,
         )
