@@ -33,7 +33,7 @@ from space.node.catalog import TemplateCatalog
 from space.node.host import NodeHost
 from space.node.records import SandboxRecord
 from space.node.sandbox import Sandbox
-from space.node.storage.archive import copy_file
+from space.node.storage.copies import copy_file
 from space.node.templates import ALIASES, TEMPLATES
 from space.node.templates.recipe import Copy, Recipe, RecipeError, Run, parse
 from space.node.templates.registry import (

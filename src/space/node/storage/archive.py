@@ -30,12 +30,12 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from space.node.records import check_sandbox_id
+from space.node.storage.copies import copy_file
 from space.node.storage.snapshots import MANIFEST, LocalSnapshotStore, fsync_path, read_manifest
 
 RECORD = "record.json"
@@ -178,18 +178,6 @@ class SharedDirArchive:
             with path.open("rb") as handle:
                 self._digests[key] = hashlib.file_digest(handle, "sha256").hexdigest()
         return self._digests[key]
-
-
-def copy_file(source: Path, target: Path) -> None:
-    """Copy `source` to `target` (holes kept, a reflink where the filesystem can),
-    fsynced, 0600, visible only once whole."""
-    tmp = target.with_name(f".{target.name}{PARTIAL}")
-    argv = ["cp", "--sparse=always", "--reflink=auto", str(source), str(tmp)]
-    subprocess.run(argv, check=True, capture_output=True)
-    os.chmod(tmp, 0o600)
-    with tmp.open("rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, target)
 
 
 def _next_partial(owner: Path) -> Path:
