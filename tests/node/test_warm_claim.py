@@ -71,6 +71,8 @@ async def test_a_claim_answers_before_the_guest_and_calls_wait_for_its_identity(
         result = await asyncio.wait_for(first, 60)
         assert result.stdout.decode().split() == [sandbox_id, "hello"]
         assert warm_node.sandbox(sandbox_id).state == "running"
+        # The warm VM's own first exec (run before it waited) is nowhere to be seen.
+        assert ("true",) not in [p.argv for p in await warm_node.processes(sandbox_id)]
     finally:
         await warm_node.destroy_sandbox(sandbox_id)
 

@@ -32,7 +32,7 @@ from space.node.templates import ALIASES, TEMPLATES, TemplateImage
 from space.node.templates.imports import IMPORTED_MEMORY_MIB
 from space.node.volumes import mount_volumes
 from space.seam.errors import BootFailed
-from space.seam.values import SandboxObservation, SandboxSpec
+from space.seam.values import ExecRequest, SandboxObservation, SandboxSpec
 from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
@@ -172,6 +172,7 @@ class Provisioning:
             network = await asyncio.to_thread(host.net.create, slot)
             await host.egress.attach(slot, network, None)  # no network until claimed
             await self.restore(sandbox, network, base, trust=True)
+            await _first_exec(sandbox)
         except BaseException:
             await host.teardown(slot, sandbox)
             raise
@@ -249,6 +250,18 @@ class Provisioning:
             shutil.rmtree(host.run_dir / vm_id, ignore_errors=True)
             disk.unlink(missing_ok=True)
             memory.unlink(missing_ok=True)
+
+
+async def _first_exec(sandbox: Sandbox) -> None:
+    """Run `true` once in a warm VM before it waits: a restored guest's first exec
+    costs several times its next one (under TCG its code is translated afresh; its
+    pages are faulted in from the base memory file), and a claimed sandbox's first
+    call should be a next one. The agent forgets the process once it has reported
+    its exit, so the sandbox's process list never shows it."""
+    assert sandbox.agent is not None
+    result = await sandbox.agent.exec(ExecRequest(args=("true",)))
+    if result.exit_code != 0:
+        raise BootFailed(sandbox.record.slot, f"`true` exited {result.exit_code}", "")
 
 
 def _record(spec: SandboxSpec, digest: str) -> SandboxRecord:
