@@ -1,5 +1,6 @@
 """A sandbox's handshake in the background (`Sandbox.personalise_behind`): callers
-wait for it (`settled`, bounded), and one that fails leaves the sandbox `error`."""
+wait for it (`settled`, bounded: past the bound they are refused, never sent to the
+guest before it), and one that fails leaves the sandbox `error`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from space.node.agent import AgentError
 from space.node.records import SandboxRecord
 from space.node.sandbox import Sandbox
+from space.seam.errors import SandboxUnavailable
 
 pytestmark = pytest.mark.asyncio
 
@@ -73,9 +75,10 @@ async def test_a_sandbox_being_destroyed_is_not_marked_error() -> None:
     assert sandbox.state == "running" and sandbox.reason is None
 
 
-async def test_waiting_is_bounded() -> None:
+async def test_waiting_is_bounded_and_then_refused() -> None:
     sandbox = _sandbox(_Agent())
     sandbox.personalise_behind(timeout=30)
-    await asyncio.wait_for(sandbox.settled(timeout=0.1), 5)
+    with pytest.raises(SandboxUnavailable, match="handshake is still in progress"):
+        await asyncio.wait_for(sandbox.settled(timeout=0.1), 5)
     assert sandbox.handshake is not None and not sandbox.handshake.done()
     sandbox.handshake.cancel()

@@ -15,6 +15,7 @@ from space.node.agent.calls import AgentCall
 from space.node.records import SandboxRecord
 from space.node.vmm.base import VmHandle
 from space.node.vmm.console import follow_console
+from space.seam.errors import SandboxUnavailable
 from space.seam.values import ObservedState, SandboxObservation
 from space.tasks import spawn
 
@@ -65,11 +66,15 @@ class Sandbox:
     async def settled(self, timeout: float) -> None:
         """Wait up to `timeout` for an agent handshake in progress (a VM adopted at
         startup, a warm VM's personalisation after its claim), so a request racing it
-        is served after it instead of refused or sent before it."""
+        is served after it instead of refused or sent before it; one still in progress
+        then is `SandboxUnavailable` (nothing is sent to a guest before its handshake)."""
         task = self.handshake
         if task is not None and not task.done():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(task), timeout)
+            if not task.done():
+                why = f"its agent handshake is still in progress after {timeout:g} s"
+                raise SandboxUnavailable(self.sandbox_id, self.state, why)
 
     def personalise_behind(self, timeout: float) -> None:
         """Personalise as this sandbox's handshake, in the background: calls into it
