@@ -3,8 +3,12 @@ anywhere by chunk boundaries is still caught, and the carry-over stays bounded."
 
 from __future__ import annotations
 
+import gzip
+import zlib
+
 import pytest
 
+from space.credentials.decoding import STEP, Undecodable, ask_identity, decoder_for
 from space.credentials.stream import Finder, Scrubber
 
 pytestmark = pytest.mark.credentials
@@ -51,3 +55,39 @@ def test_several_secrets_with_different_first_bytes_are_all_scrubbed(size: int) 
     scrubber = Scrubber([(SECRET, PH), (other, b"PH2")])
     out = b"".join(scrubber.feed(c) for c in chunks(body, size)) + scrubber.flush()
     assert out == b"a" + PH + b"b" + b"PH2" + b"c" + other[:5]
+
+
+def _decoded(coding: bytes, body: bytes, size: int) -> bytes:
+    decoder = decoder_for([(b"Content-Encoding", coding)])
+    assert decoder is not None
+    out = b"".join(p for c in chunks(body, size) for p in decoder.feed(c))
+    return out + b"".join(decoder.flush())
+
+
+@pytest.mark.parametrize("size", [1, 7, 1000])
+def test_gzip_zlib_and_raw_deflate_answers_decode_in_any_chunking(size: int) -> None:
+    plain = b"Authorization: Bearer " + SECRET * 20
+    raw = zlib.compressobj(wbits=-15)
+    assert _decoded(b"gzip", gzip.compress(plain), size) == plain
+    assert _decoded(b"deflate", zlib.compress(plain), size) == plain
+    assert _decoded(b"deflate", raw.compress(plain) + raw.flush(), size) == plain
+    assert _decoded(b"gzip, deflate", zlib.compress(gzip.compress(plain)), size) == plain
+
+
+def test_a_bomb_decodes_in_bounded_steps() -> None:
+    decoder = decoder_for([(b"content-encoding", b"gzip")])
+    assert decoder is not None
+    pieces = list(decoder.feed(gzip.compress(b"\0" * (16 << 20))))
+    assert sum(map(len, pieces)) == 16 << 20 and max(map(len, pieces)) <= STEP
+
+
+@pytest.mark.parametrize("coding", [b"br", b"zstd", b"gzip, gzip, gzip", b"compress"])
+def test_codings_the_gateway_cannot_scrub_are_refused(coding: bytes) -> None:
+    with pytest.raises(Undecodable):
+        decoder_for([(b"content-encoding", coding)])
+
+
+def test_identity_is_asked_unless_a_signature_covers_accept_encoding() -> None:
+    asked = [(b"Accept-Encoding", b"gzip, br"), (b"x", b"1")]
+    assert ask_identity(asked) == [(b"x", b"1"), (b"accept-encoding", b"identity")]
+    assert ask_identity(asked, frozenset({b"accept-encoding"})) == asked

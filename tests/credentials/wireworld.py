@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import json
 import secrets
 import shutil
 import socket
 import ssl
 import subprocess
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -157,6 +159,11 @@ class FakeApi:
                 echo = json.dumps(headers).encode() + b"\n" + body
                 auth = headers.get("authorization", "").encode()
                 reply = [("content-type", "text/plain"), ("x-echo-authorization", auth)]
+                if headers.get("upgrade", "").lower() == "websocket":
+                    await _switch(conn, writer, reply)
+                    return
+                echo, coding = _encode(event.target, headers.get("accept-encoding", ""), echo)
+                reply += [("content-encoding", coding)] if coding else []
                 writer.write(conn.send(h11.Response(status_code=200, headers=reply)) or b"")
                 for i in range(0, len(echo), 7):
                     writer.write(conn.send(h11.Data(data=echo[i : i + 7])) or b"")
@@ -178,6 +185,34 @@ class FakeApi:
             (conn.send(h11.Data(data=body)) or b"") + (conn.send(h11.EndOfMessage()) or b"")
         )
         await writer.drain()
+
+
+def _encode(target: bytes, accepted: str, echo: bytes) -> tuple[bytes, str]:
+    """The echo as a compressing server sends it: on `/negotiate/` in the first coding
+    of `accepted` it knows (as real servers do), on `/force-<coding>/` whatever the
+    request asked (as a broken one does); elsewhere as it is."""
+    forced = target.split(b"/")[1].decode() if target.startswith(b"/force-") else ""
+    if forced:
+        coding = forced.removeprefix("force-")
+    elif target.startswith(b"/negotiate/"):
+        offered = [c.split(";")[0].strip() for c in accepted.split(",")]
+        coding = next((c for c in offered if c in ("gzip", "deflate")), "")
+    else:
+        return echo, ""
+    if coding == "gzip":
+        return gzip.compress(echo), coding
+    if coding == "deflate":
+        return zlib.compress(echo), coding
+    return echo[::-1], coding  # a coding the gateway cannot read (its bytes: any)
+
+
+async def _switch(
+    conn: h11.Connection, writer: asyncio.StreamWriter, echo: list[tuple[str, bytes | str]]
+) -> None:
+    """Accept a WebSocket upgrade, echoing the request's Authorization in the 101."""
+    head = [("upgrade", "websocket"), ("connection", "Upgrade"), *echo]
+    writer.write(conn.send(h11.InformationalResponse(status_code=101, headers=head)) or b"")
+    await writer.drain()
 
 
 async def _next(conn: h11.Connection, reader: asyncio.StreamReader) -> object:

@@ -1,13 +1,15 @@
 """A request body and a response on their way through the gateway, in chunks:
 `Finder` spots a placeholder in the guest's body (split across chunks or not),
 `HeldBody` holds a body that goes out with a credential until all of it is checked,
-`Scrubber` puts the placeholder back where an upstream echoes a secret.
+`Scrubber` puts the placeholder back where an upstream echoes a secret, `Reply`
+decodes and scrubs an answer to a request that carried a credential.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
+from space.credentials.decoding import Decoder, decoder_for
 from space.credentials.wire import (
     PLACEHOLDER,
     PLACEHOLDER_BYTES,
@@ -123,3 +125,39 @@ class HeldBody:
             raise BodyRefused(finished)
         self._credentials.allowed(self._request, self._plan)
         return finished, bytes(self._held)
+
+
+class Reply:
+    """What the guest gets of an upstream answer, for both protocols: for a request
+    that carried a credential, decoded (`space.credentials.decoding`), scrubbed, and
+    re-framed (no `Content-Length`, `Content-Encoding` gone once decoded)."""
+
+    def __init__(self, plan: Plan) -> None:
+        self._applied = plan.applied
+        self._scrubber = Scrubber(plan.secrets)
+        self._decoder: Decoder | None = None
+
+    def headers(self, headers: Headers) -> Headers:
+        """The answer's headers as the guest gets them; `Undecodable` when its body
+        could not be scrubbed."""
+        if not self._applied:
+            return headers
+        self._decoder = decoder_for(headers)
+        dropped = (
+            (b"content-length", b"content-encoding") if self._decoder else (b"content-length",)
+        )
+        return self._scrubber.headers([(n, v) for n, v in headers if n.lower() not in dropped])
+
+    def feed(self, chunk: bytes) -> Iterator[bytes]:
+        pieces = self._decoder.feed(chunk) if self._decoder else iter((chunk,))
+        for piece in pieces:
+            if out := self._scrubber.feed(piece):
+                yield out
+
+    def flush(self) -> Iterator[bytes]:
+        if self._decoder is not None:
+            for piece in self._decoder.flush():
+                if out := self._scrubber.feed(piece):
+                    yield out
+        if tail := self._scrubber.flush():
+            yield tail

@@ -81,6 +81,11 @@ class Plan:
     def applied(self) -> bool:
         return bool(self.entries)
 
+    @property
+    def signed_headers(self) -> frozenset[bytes]:
+        """The headers a SigV4 guest signature covers (the gateway must not change them)."""
+        return frozenset(h.encode() for _, s in self.signing for h in s.auth.signed)
+
 
 def _used(entry: ViewEntry, sent: set[tuple[bytes | None, bytes]]) -> bool:
     """Whether a bound entry applies: always, or (placeholder, SigV4) only when the

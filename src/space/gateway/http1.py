@@ -19,7 +19,8 @@ from typing import Any
 
 import h11
 
-from space.credentials.stream import BodyRefused, HeldBody, Scrubber
+from space.credentials.decoding import Undecodable, ask_identity
+from space.credentials.stream import BodyRefused, HeldBody, Reply
 from space.credentials.wire import Denied, Plan, WireRequest
 from space.gateway.audit import request_record
 from space.gateway.checks import Checked, Headers, Refused, check_request
@@ -29,6 +30,9 @@ from space.gateway.relay import relay
 from space.gateway.sandbox import SandboxGate
 from space.gateway.sink import IO_TIMEOUT, Sink
 from space.gateway.upstream import UpstreamError, Upstreams
+
+#: A WebSocket's frames cannot be scrubbed: an upgrade never carries a credential.
+UPGRADE_DENIED = Denied(403, "a credential is never sent on a WebSocket upgrade")
 
 
 class Http1Session:
@@ -131,7 +135,8 @@ class Http1Session:
             tls=self._sni is not None,
         )
         plan = await self._gate.plan(wire)
-        if isinstance(plan, Denied):
+        if isinstance(plan, Denied) or (checked.websocket and plan.applied):
+            plan = plan if isinstance(plan, Denied) else UPGRADE_DENIED
             self._audit(event, allowed=False, reason=plan.reason, status=plan.status, **fields)
             await self._refuse(plan.status, plan.reason, plan.headers)
             return None
@@ -154,6 +159,8 @@ class Http1Session:
         wire: WireRequest,
     ) -> bool:
         headers = [(b"host", checked.authority.encode()), *plan.headers]
+        if plan.applied:
+            headers = ask_identity(headers, plan.signed_headers)
         if chunked:
             headers.append((b"transfer-encoding", b"chunked"))
         if self._conn.they_are_waiting_for_100_continue:  # sent before the body is read
@@ -163,19 +170,27 @@ class Http1Session:
         head = await upstream.response()
         if isinstance(head, h11.InformationalResponse):
             return await self._switch(upstream, head, checked.websocket)
-        scrubber = Scrubber(plan.secrets)
-        reply = response_headers(list(head.headers))
-        if plan.applied:  # a scrubbed body may change length: let h11 frame it
-            reply = scrubber.headers([(n, v) for n, v in reply if n.lower() != b"content-length"])
-            self._put(h11.Response(status_code=head.status_code, headers=reply))
-        elif len(reply) == len(head.headers):  # nothing dropped: h11 parsed and checked them
-            self._put(h11.Response(status_code=head.status_code, headers=head.headers))
-        else:
-            self._put(h11.Response(status_code=head.status_code, headers=reply))
-        async for chunk in upstream.body(self._out.flush):
-            await self._out.write(self._conn.send(h11.Data(data=scrubber.feed(chunk))) or b"")
-        if tail := scrubber.flush():
-            self._put(h11.Data(data=tail))
+        answer = Reply(plan)
+        kept = response_headers(list(head.headers))
+        try:  # with a credential, a re-coded body changes length: h11 frames it
+            reply = answer.headers(kept)
+        except Undecodable as exc:
+            upstream.close()
+            self._upstream = None
+            return await self._refuse(502, f"{exc}, to a request that carried a credential")
+        if not plan.applied and len(kept) == len(head.headers):  # h11 parsed and checked them
+            reply = list(head.headers)
+        self._put(h11.Response(status_code=head.status_code, headers=reply))
+        try:
+            async for chunk in upstream.body(self._out.flush):
+                for piece in answer.feed(chunk):
+                    await self._out.write(self._conn.send(h11.Data(data=piece)) or b"")
+            for piece in answer.flush():
+                self._put(h11.Data(data=piece))
+        except Undecodable:
+            upstream.close()
+            self._upstream = None
+            return False
         self._put(h11.EndOfMessage())
         await self._out.flush()
         if upstream.reusable():

@@ -16,10 +16,12 @@ from typing import Any
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 
-from space.credentials.stream import BodyRefused, HeldBody, Scrubber
+from space.credentials.decoding import Undecodable, ask_identity
+from space.credentials.stream import BodyRefused, HeldBody, Reply
 from space.credentials.wire import Denied, Plan, WireRequest
 from space.gateway.audit import request_record
 from space.gateway.checks import Checked, Headers, Refused, check_request
@@ -118,7 +120,7 @@ class Http2Session:
             await self._exchange(stream_id, headers, ended, stream)
         except (UpstreamError, OSError, TimeoutError) as exc:
             await self._respond(stream_id, 502, f"upstream failed: {exc}")
-        except h2.exceptions.H2Error:
+        except (h2.exceptions.H2Error, Undecodable):  # a reset stream: nothing more to say
             pass
         finally:
             self._streams.pop(stream_id, None)
@@ -227,20 +229,31 @@ class Http2Session:
         wire: WireRequest,
     ) -> None:
         headers = [(b"host", checked.authority.encode()), *plan.headers]
+        if plan.applied:
+            headers = ask_identity(headers, plan.signed_headers)
         if not ended and not any(n == b"content-length" for n, _ in headers):
             headers.append((b"transfer-encoding", b"chunked"))
         await self._send_request(stream_id, upstream, checked, headers, ended, stream, plan, wire)
         head = await upstream.response()
-        scrubber = Scrubber(plan.secrets)
-        kept = response_headers(list(head.headers))
-        if plan.applied:  # a scrubbed body may change length
-            kept = scrubber.headers([(n, v) for n, v in kept if n.lower() != b"content-length"])
+        answer = Reply(plan)
+        try:
+            kept = answer.headers(response_headers(list(head.headers)))
+        except Undecodable as exc:
+            reason = f"{exc}, to a request that carried a credential"
+            raise BodyRefused(Denied(502, reason)) from exc
         reply = [(b":status", str(head.status_code).encode())]
         reply += [(n.lower(), v) for n, v in kept]
         self._h2.send_headers(stream_id, reply)  # sent with the first data, or before a wait
-        async for chunk in upstream.body(self._flush):
-            await self._send_data(stream_id, scrubber.feed(chunk))
-        await self._send_data(stream_id, scrubber.flush())
+        try:
+            async for chunk in upstream.body(self._flush):
+                for piece in answer.feed(chunk):
+                    await self._send_data(stream_id, piece)
+            for piece in answer.flush():
+                await self._send_data(stream_id, piece)
+        except Undecodable:
+            self._h2.reset_stream(stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            await self._flush()
+            raise
         self._h2.end_stream(stream_id)
         await self._flush()
 
