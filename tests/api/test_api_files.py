@@ -106,3 +106,20 @@ async def test_rejected_create_leaves_no_rows(client: httpx.AsyncClient, db: Dat
     await client.post("/v1/sandboxes", json={"env": "nope"})
     with db.session() as session:
         assert session.scalar(select(func.count()).select_from(Sandbox)) == 0
+
+
+async def test_a_downloaded_file_is_an_attachment_a_browser_never_renders(
+    client: httpx.AsyncClient, sandbox_id: str, fake_node: FakeNode
+) -> None:
+    """Issue 27 finding 8: guest bytes on the console's origin are never a page."""
+    page = b"<html><script>fetch('/v1/keys')</script></html>"
+    fake_node.files[(sandbox_id, "/srv/ünï code.svg")] = page
+    url = f"/v1/sandboxes/{sandbox_id}/files"
+    got = await client.get(url, params={"path": "/srv/ünï code.svg"})
+    assert got.status_code == 200 and got.content == page
+    assert got.headers["content-type"] == "application/octet-stream"
+    assert got.headers["x-content-type-options"] == "nosniff"
+    assert got.headers["content-security-policy"] == "sandbox"
+    assert got.headers["content-disposition"] == (
+        "attachment; filename=\"_n_ code.svg\"; filename*=UTF-8''%C3%BCn%C3%AF%20code.svg"
+    )

@@ -114,3 +114,24 @@ def test_routing_and_errors(server: ServerThread, sandbox: tuple[str, str]) -> N
     rest = httpx.get(f"{server.url}/sandboxes/sbnope", headers={"X-API-KEY": "sk_bad"})
     assert rest.status_code == 401 and rest.json()["code"] == 401
     assert httpx.get(f"{server.url}/health", headers={"X-Access-Token": token}).status_code == 204
+
+
+def test_a_downloaded_file_is_an_attachment_a_browser_never_renders(
+    server: ServerThread, sandbox: tuple[str, str]
+) -> None:
+    """Issue 27 finding 8: guest bytes on the API's origin are never a page."""
+    sandbox_id, token = sandbox
+    headers = {"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": token}
+    page = b"<html><script>alert(document.cookie)</script></html>"
+    name = '/tmp/x".html'
+    up = httpx.post(
+        f"{server.url}/files", params={"path": name}, files={"file": page}, headers=headers
+    )
+    assert up.status_code == 200, up.text
+    got = httpx.get(f"{server.url}/files", params={"path": name}, headers=headers)
+    assert got.status_code == 200 and got.content == page
+    assert got.headers["x-content-type-options"] == "nosniff"
+    assert got.headers["content-security-policy"] == "sandbox"
+    assert got.headers["content-disposition"] == (
+        "attachment; filename=\"x_.html\"; filename*=UTF-8''x%22.html"
+    )

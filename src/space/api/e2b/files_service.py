@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import FormData, UploadFile
 
 from space.api.deps import StateDep
+from space.api.downloads import download_headers
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.filesystem_service import HOME
 from space.api.e2b.front import FrontDep
@@ -59,10 +60,10 @@ async def download(
     chunks = state.node.read_file(target.sandbox_id, absolute)
     async with asyncio.timeout(state.settings.timeouts.node_call):
         first = await anext(chunks, b"")
-    name = posixpath.basename(absolute)
-    headers = {"Content-Disposition": f'inline; filename="{name}"'}
     return StreamingResponse(
-        _prepend(first, chunks), media_type="application/octet-stream", headers=headers
+        _prepend(first, chunks),
+        media_type="application/octet-stream",
+        headers=download_headers(absolute),
     )
 
 

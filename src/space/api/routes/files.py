@@ -14,6 +14,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
 from space.api.deps import DataPlaneDep, StateDep, require_running
+from space.api.downloads import download_headers
 from space.api.errors import ApiError
 from space.api.schemas import MAX_PATH_CHARS, MAX_PATH_COMPONENT_CHARS
 
@@ -112,7 +113,11 @@ async def read_file(path: PathQuery, sandbox: DataPlaneDep, state: StateDep) -> 
         first = await anext(chunks, b"")
     except OSError as exc:
         raise _file_error(exc, path) from exc
-    return StreamingResponse(_prepend(first, chunks), media_type="application/octet-stream")
+    return StreamingResponse(
+        _prepend(first, chunks),
+        media_type="application/octet-stream",
+        headers=download_headers(path),
+    )
 
 
 async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
