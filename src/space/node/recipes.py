@@ -15,6 +15,7 @@ scratch dir. `log` gets every line of the build's progress and output.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hashlib
 import logging
 import os
@@ -52,6 +53,9 @@ log = logging.getLogger(__name__)
 Log = Callable[[str], None]
 STEP_SECONDS = 1800.0  # one RUN
 MAX_CONTEXT_BYTES = 256 << 20
+MAX_CONTEXT_FILES = 10_000
+#: The most files all the COPY steps of one build put, together.
+MAX_COPY_FILES = 10_000
 MAX_DISK_MB = 64 << 10
 CHUNK = 1 << 20
 PARTIAL = ".partial"
@@ -101,11 +105,7 @@ class RecipeBuilds:
         """Build `request` into the newest version of its template (RecipeError for a
         recipe or context that cannot be built, BuildFailed for a step that fails)."""
         check_name(request.name)
-        _check_context(request.context)
-        recipe = parse(request.recipe, request.args)
-        for step in recipe.steps:
-            if isinstance(step, Copy):
-                _sources(request.context, step)  # every COPY finds its files before any VM
+        recipe = await asyncio.to_thread(_plan, request)  # bounded, and off the event loop
         image = await self._templates.image(recipe.base)
         work = self._host.scratch / f"build-{secrets.token_hex(6)}"
         work.mkdir(mode=0o700, parents=True)
@@ -237,15 +237,36 @@ async def _step(agent: AgentClient, request: BuildRequest, step: Run | Copy, log
         raise BuildFailed(f"line {step.line}: RUN exited {result.exit_code}:\n{tail}")
 
 
-def _sources(context: Mapping[str, bytes], step: Copy) -> list[tuple[str, str]]:
+def _plan(request: BuildRequest) -> Recipe:
+    """The recipe, checked with its context before any VM: every bound of
+    `space.node.templates.recipe`, and every COPY finding its files, at most
+    `MAX_COPY_FILES` of them in all (RecipeError naming the line otherwise)."""
+    _check_context(request.context)
+    recipe = parse(request.recipe, request.args)
+    paths, placed = sorted(request.context), 0
+    for step in recipe.steps:
+        if isinstance(step, Copy):
+            placed += len(_sources(request.context, step, paths))
+            if placed > MAX_COPY_FILES:
+                raise RecipeError(f"line {step.line}: COPY puts over {MAX_COPY_FILES} files")
+    return recipe
+
+
+def _sources(
+    context: Mapping[str, bytes], step: Copy, paths: list[str] | None = None
+) -> list[tuple[str, str]]:
     """(context path, image path) of every file a COPY puts: a file, or every file
-    under a directory (RecipeError if a source matches nothing)."""
-    placed = []
+    under a directory (RecipeError if a source matches nothing, or past
+    `MAX_COPY_FILES`); `paths`: the context's paths, sorted."""
+    paths = sorted(context) if paths is None else paths
+    placed: list[tuple[str, str]] = []
     for source in step.sources:
         under = "" if source == "." else source.rstrip("/") + "/"
-        files = [source] if source in context else sorted(p for p in context if p.startswith(under))
+        files = [source] if source in context else _under(paths, under)
         if not files:
             raise RecipeError(f"line {step.line}: {source!r} is not in the build context")
+        if len(placed) + len(files) > MAX_COPY_FILES:
+            raise RecipeError(f"line {step.line}: COPY puts over {MAX_COPY_FILES} files")
         for path in files:
             relative = posixpath.basename(path) if path == source else path[len(under) :]
             dest = step.dest + relative if step.dest.endswith("/") or path != source else step.dest
@@ -253,7 +274,18 @@ def _sources(context: Mapping[str, bytes], step: Copy) -> list[tuple[str, str]]:
     return placed
 
 
+def _under(paths: list[str], prefix: str) -> list[str]:
+    """The sorted `paths` that start with `prefix` (a bisected range, not a scan)."""
+    start = bisect.bisect_left(paths, prefix)
+    end = start
+    while end < len(paths) and paths[end].startswith(prefix):
+        end += 1
+    return paths[start:end]
+
+
 def _check_context(context: Mapping[str, bytes]) -> None:
+    if len(context) > MAX_CONTEXT_FILES:
+        raise RecipeError(f"a build context has at most {MAX_CONTEXT_FILES} files")
     if sum(len(data) for data in context.values()) > MAX_CONTEXT_BYTES:
         raise RecipeError(f"a build context is at most {MAX_CONTEXT_BYTES >> 20} MiB")
     for path in context:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from space.node.templates.recipe import MAX_STEPS, Copy, RecipeError, Run, parse
+from space.node.recipes import MAX_CONTEXT_FILES, MAX_COPY_FILES, BuildRequest, _plan
+from space.node.templates.recipe import MAX_COPY_SOURCES, MAX_STEPS, Copy, RecipeError, Run, parse
 
 pytestmark = pytest.mark.templates
 
@@ -72,3 +75,33 @@ def test_a_recipe_is_bounded() -> None:
         parse("FROM base\n" + "RUN true\n" * MAX_STEPS)
     with pytest.raises(RecipeError, match="bytes"):
         parse("FROM base\nRUN " + "x" * (1 << 20))
+
+
+def _doubling(lines: int) -> str:
+    chain = "".join(f"ENV A{n}=${{A{n - 1}}}${{A{n - 1}}}\n" for n in range(1, lines))
+    return "FROM base\nENV A0=xxxxxxxxxxxxxxxx\n" + chain + "RUN echo $A1\n"
+
+
+@pytest.mark.parametrize("lines", [16, 40])
+def test_a_doubling_recipe_is_refused_at_once_naming_the_line(lines: int) -> None:
+    """Issue 27 finding 2: a 354-byte recipe once stalled the node for 26 s."""
+    started = time.monotonic()
+    with pytest.raises(RecipeError, match=r"line \d+: (expands to|ARG and ENV hold) \d+ bytes"):
+        parse(_doubling(lines))
+    assert time.monotonic() - started < 1.0  # a timeout, not a benchmark: hours before
+
+
+def test_a_copy_fan_out_is_refused_before_any_vm() -> None:
+    context = {f"d/f{i}": b"x" for i in range(1000)}
+    names = " ".join(["d"] * MAX_COPY_SOURCES)
+    fan_out = "FROM base\n" + f"COPY {names} /x/\n" * 4
+    request = BuildRequest(name="fan", recipe=fan_out, context=context)
+    started = time.monotonic()
+    with pytest.raises(RecipeError, match=f"line 2: COPY puts over {MAX_COPY_FILES} files"):
+        _plan(request)
+    assert time.monotonic() - started < 1.0
+    with pytest.raises(RecipeError, match=f"at most {MAX_COPY_SOURCES} sources"):
+        parse("FROM base\nCOPY " + "a " * (MAX_COPY_SOURCES + 1) + "/x/")
+    many = {f"f{i}": b"" for i in range(MAX_CONTEXT_FILES + 1)}
+    with pytest.raises(RecipeError, match="at most 10000 files"):
+        _plan(BuildRequest(name="many", recipe="FROM base\n", context=many))

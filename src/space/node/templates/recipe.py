@@ -7,7 +7,10 @@ in the build context (no URLs, no `--from`, no archive unpacking), `ENV k=v ...`
 `${name}` are replaced in every instruction after FROM from the ARGs and ENVs so far
 (a build's `args` override ARG defaults; an unset name is empty). Comments, blank
 lines and `\\` line continuations as in a Dockerfile. Everything else is refused with
-the line number, as are more than `MAX_STEPS` instructions or `MAX_BYTES` of text.
+the line number, as are more than `MAX_STEPS` instructions or `MAX_BYTES` of text, an
+instruction that expands past `MAX_EXPANDED` bytes, ARG and ENV values past
+`MAX_ENV_BYTES` together, and a COPY of more than `MAX_COPY_SOURCES` sources. The
+bounds are checked before anything is built, so parsing is linear in the recipe.
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ from dataclasses import dataclass, field
 
 MAX_BYTES = 1 << 20
 MAX_STEPS = 256
+#: The most bytes one instruction (or one exec-form word) expands to.
+MAX_EXPANDED = 64 << 10
+#: The most bytes of all ARG and ENV values together (every RUN carries them).
+MAX_ENV_BYTES = 64 << 10
+#: The most sources one COPY names.
+MAX_COPY_SOURCES = 64
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -65,9 +74,20 @@ class _State:
     user: str | None = None
     steps: list[Run | Copy] = field(default_factory=list)
 
-    def expand(self, text: str) -> str:
+    def expand(self, line: int, text: str) -> str:
+        """`text` with its variables replaced; its size is known before it is built, so
+        a doubling chain is refused at once."""
         values = {**self.args, **self.env}
+        matches = list(_VARIABLE.finditer(text))
+        size = len(text) + sum(len(values.get(m[1] or m[2], "")) - len(m[0]) for m in matches)
+        if size > MAX_EXPANDED:
+            raise RecipeError(f"line {line}: expands to {size} bytes, over {MAX_EXPANDED}")
         return _VARIABLE.sub(lambda m: values.get(m.group(1) or m.group(2), ""), text)
+
+    def check_env(self, line: int) -> None:
+        size = sum(len(k) + len(v) for k, v in (*self.args.items(), *self.env.items()))
+        if size > MAX_ENV_BYTES:
+            raise RecipeError(f"line {line}: ARG and ENV hold {size} bytes, over {MAX_ENV_BYTES}")
 
 
 def parse(text: str, args: Mapping[str, str] | None = None) -> Recipe:
@@ -93,15 +113,17 @@ def _apply(state: _State, line: int, keyword: str, rest: str) -> None:
         name, _, default = rest.partition("=")
         _check_name(line, name)
         state.args[name] = state.given.get(name, default)
+        state.check_env(line)
         return
     if keyword == "RUN":
         state.steps.append(_run(state, line, rest))
         return
-    rest = state.expand(rest)
+    rest = state.expand(line, rest)
     if keyword in ("COPY", "ADD"):
         state.steps.append(_copy(state, line, keyword, rest))
     elif keyword == "ENV":
         state.env.update(_env_pairs(line, rest))
+        state.check_env(line)
     elif keyword == "WORKDIR":
         state.workdir = posixpath.normpath(posixpath.join(state.workdir, rest.strip()))
     elif keyword == "USER":
@@ -117,7 +139,7 @@ def _run(state: _State, line: int, rest: str) -> Run:
     form's words are expanded here."""
     env = {**state.args, **state.env}
     if rest.lstrip().startswith("["):
-        argv = tuple(state.expand(word) for word in _json_list(line, rest))
+        argv = tuple(state.expand(line, word) for word in _json_list(line, rest))
         return Run(line, argv, None, env, state.workdir, state.user)
     return Run(line, None, rest, env, state.workdir, state.user)
 
@@ -128,6 +150,8 @@ def _copy(state: _State, line: int, keyword: str, rest: str) -> Copy:
         raise RecipeError(f"line {line}: {keyword} takes no flags here")
     if len(words) < 2:
         raise RecipeError(f"line {line}: {keyword} <source>... <destination>")
+    if len(words) - 1 > MAX_COPY_SOURCES:
+        raise RecipeError(f"line {line}: {keyword} names at most {MAX_COPY_SOURCES} sources")
     sources = tuple(_in_context(line, s) for s in words[:-1])
     if any("://" in s for s in words[:-1]):
         raise RecipeError(f"line {line}: {keyword} copies files of the context, not URLs")
