@@ -1,15 +1,16 @@
 """Recipe builds: a template made by running a recipe's steps in a build VM.
 
-`RecipeBuilds.build` boots a VM on a clone of the recipe's FROM template (grown to
-`disk_mb`), under the egress policy the build names (none: no network), runs each
-RUN through the agent (its env, workdir and user as the recipe says there) and puts
-each COPY's files from the build context, then ends the VM and registers its disk as
-the newest version of the template (`templates/registry.py`), with the recipe's
-ENV, WORKDIR and USER as what every process gets and its `start_cmd`/`ready_cmd`,
-which the template's base snapshot is taken with (`provision.py`). Everything is made
-under the node's scratch dir and registered only once whole, so a build cut short
-(a failed step, a crash, a kill) leaves no template; the startup sweep empties the
-scratch dir. `log` gets every line of the build's progress and output.
+`RecipeBuilds.build` boots a VM on a clone of the recipe's FROM template (the file
+grown to `disk_mb`; the guest grows its filesystem), under the egress policy the
+build names (none: no network), runs each RUN through the agent (its env, workdir
+and user as the recipe says there) and puts each COPY's files from the build
+context, then ends the VM and registers its disk as the newest version of the
+template (`templates/registry.py`), with the recipe's ENV, WORKDIR and USER as what
+every process gets and its `start_cmd`/`ready_cmd`, which the template's base
+snapshot is taken with (`provision.py`). Everything is made under the node's scratch
+dir and registered only once whole, so a build cut short (a failed step, a crash, a
+kill) leaves no template; the startup sweep empties the scratch dir. `log` gets
+every line of the build's progress and output.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import os
 import posixpath
 import secrets
 import shutil
-import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
@@ -263,7 +263,9 @@ def _check_context(context: Mapping[str, bytes]) -> None:
 
 
 def _grow(disk: Path, disk_mb: int | None) -> None:
-    """Grow the image and its ext4 filesystem to `disk_mb` (never shrink it)."""
+    """Make the image `disk_mb` long (never shorter). Only the file grows: its
+    filesystem is the tenant's, so the build VM's agent grows it online as it boots
+    (`space.guest.rootfs`); the host never runs e2fsprogs on it."""
     if disk_mb is None:
         return
     if not 1 <= disk_mb <= MAX_DISK_MB:
@@ -272,8 +274,6 @@ def _grow(disk: Path, disk_mb: int | None) -> None:
         return
     with disk.open("rb+") as handle:
         handle.truncate(disk_mb << 20)
-    subprocess.run(["e2fsck", "-fp", str(disk)], capture_output=True, timeout=600, check=False)
-    subprocess.run(["resize2fs", str(disk)], capture_output=True, timeout=600, check=True)
 
 
 def _manifest(request: BuildRequest) -> str:
