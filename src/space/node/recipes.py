@@ -33,7 +33,6 @@ from space.node.catalog import TemplateCatalog
 from space.node.host import NodeHost
 from space.node.records import SandboxRecord
 from space.node.sandbox import Sandbox
-from space.node.storage.copies import copy_file
 from space.node.templates import ALIASES, TEMPLATES
 from space.node.templates.recipe import Copy, Recipe, RecipeError, Run, parse
 from space.node.templates.registry import (
@@ -45,6 +44,7 @@ from space.node.templates.registry import (
     check_name,
     write_private,
 )
+from space.node.versions import TemplateVersions
 from space.seam.values import ExecRequest
 
 log = logging.getLogger(__name__)
@@ -75,18 +75,19 @@ class BuildFailed(RuntimeError):
 
 
 class RecipeBuilds:
-    def __init__(self, host: NodeHost, templates: TemplateCatalog) -> None:
+    def __init__(
+        self, host: NodeHost, templates: TemplateCatalog, versions: TemplateVersions
+    ) -> None:
         self._host = host
         self._templates = templates
+        self._versions = versions
 
     async def delete(self, name: str) -> None:
-        """Forget template `name` and the images only it used (ValueError for a
-        built-in one)."""
+        """Forget template `name` and collect its versions (ValueError for a built-in
+        one)."""
         if name in TEMPLATES or name in ALIASES:
             raise ValueError(f"template {name!r} is built in")
-        registry = self._templates.imported
-        for digest in await asyncio.to_thread(registry.remove, name):
-            shutil.rmtree(registry.image_dir(digest), ignore_errors=True)
+        await asyncio.to_thread(self._versions.delete, name)
 
     def sweep(self) -> None:
         """Remove images a build cut short was registering (its process is gone; the
@@ -199,21 +200,26 @@ class RecipeBuilds:
         )
 
     def _register(self, name: str, disk: Path, record: ImageRecord) -> Version:
-        """`disk` and `record` as a new image, then the newest version of `name`."""
+        """`disk` (reflinked into the pool: a version shares the extents it did not
+        change) and `record` as a new image, then the newest version of `name`; the
+        versions nothing needs any more are collected."""
         registry = self._templates.imported
+        _, importer = self._host.ready()
         digest = secrets.token_hex(16)
         target = registry.image_dir(digest)
         staging = target.with_name(f".{digest}.{os.getpid()}{PARTIAL}")
         staging.mkdir(mode=0o700, parents=True)
         try:
-            copy_file(disk, staging / ROOTFS_FILE)
+            (staging / ROOTFS_FILE).symlink_to(importer.keep(disk, digest))
             write_private(staging / IMAGE_FILE, record.to_json())
             staging.rename(target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
+            importer.disk(digest).unlink(missing_ok=True)
             raise
         version = Version(digest, record.manifest, record.source, time.time())
         registry.add(name, version)
+        self._versions.collect()
         return version
 
 
