@@ -432,6 +432,9 @@ class OrgQuota(BaseModel):
     commands_per_sandbox: PositiveInt | None = None
     volumes: PositiveInt | None = None
     volume_mb: PositiveInt | None = None
+    templates: PositiveInt | None = None
+    template_versions: PositiveInt | None = None
+    template_mb: PositiveInt | None = None
 
 
 class OrgLimits(BaseModel):
@@ -440,13 +443,18 @@ class OrgLimits(BaseModel):
     commands_per_sandbox: int
     volumes: int
     volume_mb: int
+    templates: int
+    template_versions: int
+    template_mb: int
 
 
 class QuotaConfig(BaseSettings):
     """Per-org admission limits (`SPACE_QUOTA_SANDBOXES`, `SPACE_QUOTA_COMMANDS`,
     `SPACE_QUOTA_COMMANDS_PER_SANDBOX`, `SPACE_QUOTA_VOLUMES`, `SPACE_QUOTA_VOLUME_MB`:
     the MiB of all the org's volumes; `SPACE_QUOTA_TEMPLATE_BUILDS`: queued and
-    building template builds); `SPACE_QUOTA_ORGS` (JSON keyed by org name,
+    building template builds; `SPACE_QUOTA_TEMPLATES`, `SPACE_QUOTA_TEMPLATE_VERSIONS`
+    and `SPACE_QUOTA_TEMPLATE_MB`: the templates an org owns, the versions the nodes
+    keep of them and the MiB those hold); `SPACE_QUOTA_ORGS` (JSON keyed by org name,
     e.g. `{"acme": {"sandboxes": 500}}`) overrides them per org. Over a limit the
     API answers 429 `quota_exceeded` naming the quota."""
 
@@ -458,6 +466,9 @@ class QuotaConfig(BaseSettings):
     volumes: PositiveInt = 20
     volume_mb: PositiveInt = 10 * 1024
     template_builds: PositiveInt = 4
+    templates: PositiveInt = 20
+    template_versions: PositiveInt = 40
+    template_mb: PositiveInt = 20 * 1024
     orgs: dict[str, OrgQuota] = Field(default_factory=dict)
 
     def for_org(self, org_name: str) -> OrgLimits:
@@ -469,6 +480,9 @@ class QuotaConfig(BaseSettings):
             commands_per_sandbox=override.commands_per_sandbox or self.commands_per_sandbox,
             volumes=override.volumes or self.volumes,
             volume_mb=override.volume_mb or self.volume_mb,
+            templates=override.templates or self.templates,
+            template_versions=override.template_versions or self.template_versions,
+            template_mb=override.template_mb or self.template_mb,
         )
 
 

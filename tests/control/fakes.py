@@ -39,6 +39,7 @@ from space.seam.values import (
     ProcessInfo,
     SandboxObservation,
     SandboxSpec,
+    TemplateUsage,
     VolumeMount,
     WarmPoolStats,
     WatchEvent,
@@ -156,6 +157,7 @@ class FakeNode:
     build_lines: tuple[str, ...] = ("FROM base", "RUN true")
     fail_build: str | None = None  # the error every build ends with
     built: set[str] = field(default_factory=set)  # templates its builds made
+    version_bytes: int = 300 << 20  # what each template's one kept version holds
 
     async def start_build(self, build_id: str, spec: BuildSpec) -> None:
         """Like the real node: a recipe that does not start with FROM is refused."""
@@ -185,6 +187,11 @@ class FakeNode:
         if name in ("base", "busybox"):
             raise ValueError(f"template {name!r} is built in")
         self.built.discard(name)
+
+    async def template_usage(self, names: list[str]) -> TemplateUsage:
+        """One version per template it built (older ones collected, as on a node)."""
+        held = len(self.built & set(names))
+        return TemplateUsage(held, held * self.version_bytes)
 
     async def create_volume(self, volume_id: str, size_mb: int) -> None:
         self.volumes.setdefault(volume_id, size_mb)

@@ -21,7 +21,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,8 +84,11 @@ class HostView:
 
 
 class SpaceServer:
-    def __init__(self, root: Path, *, pg_url: str | None = None, **env: str) -> None:
+    def __init__(
+        self, root: Path, *, pg_url: str | None = None, wrapper: Sequence[str] = (), **env: str
+    ) -> None:
         self.root = root
+        self.wrapper = tuple(wrapper)  # runs `space up` (it must exec it, same pid: strace -D)
         self.tag = secrets.token_hex(3)
         self.data_dir = root / "data"
         self.run_dir = Path(f"/run/space-e2e-{self.tag}")
@@ -127,7 +130,8 @@ class SpaceServer:
     def spawn(self, faults: str = "") -> None:
         """Start `space up` without waiting for it."""
         built_images()  # so parallel workers' servers find the images cached, not race to build
-        argv = [space_binary(), "up", "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        argv = [*self.wrapper, space_binary(), "up", "--port", str(self.port)]
+        argv += ["--data-dir", str(self.data_dir)]
         env = {**self.env, "SPACE_FAULTS": faults} if faults else self.env
         with self.log.open("ab") as log:
             log.write(f"--- space up (SPACE_FAULTS={faults!r})\n".encode())

@@ -22,6 +22,7 @@ SAMPLES = [
     values.VolumeMount("vol1", "/data"),
     values.BuildSpec("t", "FROM base", {"a.txt": b"\x00x"}, {"A": "b"}, "s", "r", 1024, 512, None),
     values.BuildStatus("ready", ("line",), 1, "d" * 32, None),
+    values.TemplateUsage(3, 5 << 30),
     values.CredentialGrant("org", {"version": 2, "entries": [{"id": "c"}]}, {"c:2": "v"}),
     values.AuditBatch("gateway-x", 4, ({"seq": 4, "hash": "ab"},)),
     values.SandboxObservation("s1", "error", "base", "boot failed", 3),

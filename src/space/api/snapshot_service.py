@@ -3,8 +3,10 @@ newest version of a template the org owns (`store/templates.py`).
 
 A name is refused (409 `template_name_taken`, field `name`) when it is built in or an
 operator's (the node lists it and no org owns it) or another org's; the org owns it
-from its first snapshot or build on. The node syncs the guest, reflinks its disk
-while it is paused for an instant and registers it; the source runs on.
+from its first snapshot or build on. 429 `quota_exceeded` when the org is at its
+templates, template versions or template MiB (`api/quotas.py`). The node syncs the
+guest, reflinks its disk while it is paused for an instant and registers it; the
+source runs on.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from space.api import quotas
 from space.api.errors import ApiError
 from space.api.state import AppState
+from space.store.keys import Principal
 from space.store.models import Sandbox
 from space.store.templates import TemplateNameTaken, TemplateRepo
 
@@ -25,10 +29,12 @@ class Snapshot:
     source: str
 
 
-async def snapshot(state: AppState, org_id: str, sandbox: Sandbox, name: str) -> Snapshot:
+async def snapshot(state: AppState, principal: Principal, sandbox: Sandbox, name: str) -> Snapshot:
     node = state.node
     known = await node.templates()
-    await asyncio.to_thread(_claim, state, org_id, name, known)
+    usage = await node.template_usage(own_templates(state, principal.org_id))
+    quotas.admit_template_version(state.settings.quotas, principal, usage)
+    await asyncio.to_thread(_claim, state, principal, name, known)
     digest = await node.snapshot_template(sandbox.id, name)
     return Snapshot(name, digest, sandbox.id)
 
@@ -38,12 +44,13 @@ def own_templates(state: AppState, org_id: str) -> list[str]:
         return TemplateRepo(session).names_of(org_id)
 
 
-def _claim(state: AppState, org_id: str, name: str, known: list[str]) -> None:
+def _claim(state: AppState, principal: Principal, name: str, known: list[str]) -> None:
     with state.db.session() as session:
+        quotas.admit_template(session, state.settings.quotas, principal, name)
         repo = TemplateRepo(session)
         if repo.owner(name) is None and name in known:
             raise ApiError(409, "template_name_taken", f"template {name!r} is not yours", "name")
         try:
-            repo.claim(org_id, name)
+            repo.claim(principal.org_id, name)
         except TemplateNameTaken as exc:
             raise ApiError(409, "template_name_taken", str(exc), "name") from None

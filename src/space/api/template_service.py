@@ -16,7 +16,11 @@ orgs racing for one name get one 202 and one 409). Refusals are `ApiError`s:
     409 template_name_taken     a built-in or operator-imported template's name, or
                                 another org's (field `name`)
     429 quota_exceeded          the org has SPACE_QUOTA_TEMPLATE_BUILDS builds queued
-                                or building (field `template_builds`)
+                                or building (field `template_builds`), owns its
+                                SPACE_QUOTA_TEMPLATES templates (a new name:
+                                `templates_per_org`), or its templates' kept versions
+                                or MiB are at their limit (`template_versions_per_org`,
+                                `template_mb_per_org`)
     404 not_found               another org's build or template
     409 build_in_progress       delete while a build of the template is queued or building
 """
@@ -33,6 +37,7 @@ from typing import NoReturn
 
 from sqlalchemy.orm import Session
 
+from space.api import quotas as admission
 from space.api.errors import ApiError
 from space.api.eventlog import Record
 from space.api.state import AppState
@@ -116,6 +121,10 @@ async def submit(state: AppState, principal: Principal, body: CreateTemplate) ->
     )
     base_field = "dockerfile" if body.from_ is None else "from"
     await _check_names(state, principal, body.name, base, base_field)
+    with state.db.session() as session:
+        owned = TemplateRepo(session).names_of(principal.org_id)
+    usage = await state.node.template_usage(owned)
+    admission.admit_template_version(state.settings.quotas, principal, usage)
     try:
         with state.db.session() as session:
             build_id = _queue(session, state, principal, spec)
@@ -144,7 +153,7 @@ def _taken(name: str, whose: str) -> ApiError:
 
 def _queue(session: Session, state: AppState, principal: Principal, spec: BuildSpec) -> str:
     """Under the org's lock: the bound, the claim, the queued row (its id)."""
-    quotas.lock_org(session, principal.org_id)
+    admission.admit_template(session, state.settings.quotas, principal, spec.name)
     repo = TemplateRepo(session)
     limit = state.settings.quotas.template_builds
     if repo.active_count(principal.org_id) >= limit:

@@ -58,6 +58,7 @@ from space.seam.values import (
     ProcessInfo,
     SandboxObservation,
     SandboxSpec,
+    TemplateUsage,
     WarmPoolStats,
 )
 from space.store.db import Database
@@ -234,6 +235,20 @@ class Cluster:
         for member in list(self._members.values()):
             if member.info.state is not NodeState.LOST:
                 await self._quietly(member.client.delete_template(name))
+
+    async def template_usage(self, names: list[str]) -> TemplateUsage:
+        """Summed over the members that answer (each holds what was built there)."""
+        live = [m for m in self._members.values() if m.info.state is not NodeState.LOST]
+        answers = await asyncio.gather(*(self._quiet_usage(m, names) for m in live))
+        return TemplateUsage(sum(a.versions for a in answers), sum(a.bytes for a in answers))
+
+    async def _quiet_usage(self, member: Member, names: list[str]) -> TemplateUsage:
+        try:
+            async with asyncio.timeout(self._call_timeout):
+                return await member.client.template_usage(names)
+        except Exception as exc:
+            log.warning("node %s: template usage: %s", member.info.name, exc)
+            return TemplateUsage()
 
     # -- volumes -------------------------------------------------------------------
 

@@ -1,9 +1,11 @@
 """`python -m space.guest [--device auto|PATH | --unix PATH]`.
 
 With no arguments the agent serves the virtio-serial port named `space.agent`
-(`--device auto`). `--unix PATH` makes it *listen* on a Unix socket instead,
-like QEMU's `-chardev socket,server=on`; the host connects, and a newer
-connection replaces the current one. That is how tests run it on a host.
+(`--device auto`); having found it, it is in a guest, and it first grows the root
+filesystem to fill its disk (`rootfs.grow_root`). `--unix PATH` makes it *listen*
+on a Unix socket instead, like QEMU's `-chardev socket,server=on`; the host
+connects, and a newer connection replaces the current one. That is how tests run
+it on a host (with `--device PATH` too; neither grows anything).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from space.guest import __version__
 from space.guest.link import DeviceSource, LinkSource, UnixSource
 from space.guest.protocol import GENERATIONS
+from space.guest.rootfs import grow_root
 from space.guest.server import Agent
 from space.guest.system import SystemState
 
@@ -46,6 +49,7 @@ async def _main(args: argparse.Namespace) -> None:
         source = unix
     elif args.device == "auto":
         source = await DeviceSource.auto()
+        await asyncio.to_thread(grow_root)  # only a guest has a port named space.agent
     else:
         source = DeviceSource(Path(args.device))
     state = SystemState(identity_file=args.identity_file, hostname_file=args.hostname_file)

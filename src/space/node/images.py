@@ -1,8 +1,10 @@
-"""Template disks inside the reflink pool, imported once per content digest."""
+"""Template disks inside the reflink pool (`<pool>/templates/<digest>.ext4`, read-only):
+imported once per content digest, or kept as a reflink of a build's or snapshot's disk."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 from space import faults
@@ -18,8 +20,18 @@ class TemplateImporter:
         self._pool = pool
         self._lock = asyncio.Lock()
 
+    def disk(self, digest: str) -> Path:
+        return self._pool.templates / f"{digest}.ext4"
+
+    def keep(self, disk: Path, digest: str) -> Path:
+        """`disk` as the pooled disk of `digest`: a reflink, sharing every extent."""
+        target = self.disk(digest)
+        clone_file(disk, target)
+        os.chmod(target, 0o400)
+        return target
+
     async def pooled(self, rootfs: Path, digest: str) -> Path:
-        target = self._pool.templates / f"{digest}.ext4"
+        target = self.disk(digest)
         async with self._lock:
             if not target.exists():
                 await asyncio.to_thread(copy_file, rootfs, target, mode=0o400)  # read-only

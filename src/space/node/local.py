@@ -42,6 +42,7 @@ from space.node.records import check_sandbox_id
 from space.node.recovery import Recovery
 from space.node.sandbox import Sandbox
 from space.node.templates.registry import Version
+from space.node.versions import TemplateVersions
 from space.node.vmm.base import VmHandle, VmmError
 from space.node.volumes import Volumes, unmount_volumes
 from space.node.warm import WarmPools
@@ -59,6 +60,7 @@ from space.seam.values import (
     ProcessInfo,
     SandboxObservation,
     SandboxSpec,
+    TemplateUsage,
     WarmPoolStats,
 )
 from space.tasks import spawn
@@ -92,7 +94,8 @@ class LocalNode:
         self._forks = Forks(host, provisioning)
         self._moves = Moves(host)
         self._volumes = Volumes(host)
-        self._builds = RecipeBuilds(host, templates)
+        self._versions = TemplateVersions(host, templates.imported)
+        self._builds = RecipeBuilds(host, templates, self._versions)
         self._jobs = BuildJobs(self._builds)
         self._warm_task: asyncio.Task[None] | None = None
         self.metrics = metrics
@@ -189,6 +192,9 @@ class LocalNode:
 
     async def delete_template(self, name: str) -> None:
         await self._builds.delete(name)
+
+    async def template_usage(self, names: list[str]) -> TemplateUsage:
+        return await asyncio.to_thread(self._versions.usage, names)
 
     async def create_volume(self, volume_id: str, size_mb: int) -> None:
         await self._volumes.create(volume_id, size_mb)

@@ -38,6 +38,14 @@ from space.tasks import TaskSet
 log = logging.getLogger(__name__)
 
 BASE_LAYOUT = 3  # bump when what a base snapshot holds changes (3: fixed host MAC)
+
+
+def base_prefix(template: str, digest: str) -> str:
+    """How the snapshot-store owner of every base snapshot of `template`'s image
+    `digest` begins (one per guest build and VM size)."""
+    return f"base{BASE_LAYOUT}-{template}-{digest[:12]}-"
+
+
 WARM_VCPUS = 1
 
 
@@ -200,7 +208,7 @@ class Provisioning:
         """The template's base snapshot (a booted VM with its agent ready), made once."""
         guest = self._host.ready_guest()
         key = (
-            f"base{BASE_LAYOUT}-{image.name}-{image.digest[:12]}-{guest.digest[:12]}"
+            f"{base_prefix(image.name, image.digest)}{guest.digest[:12]}"
             f"-{record.memory_mib}m{record.vcpus}c"
         )
         async with self._bases_lock:

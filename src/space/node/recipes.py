@@ -1,15 +1,16 @@
 """Recipe builds: a template made by running a recipe's steps in a build VM.
 
-`RecipeBuilds.build` boots a VM on a clone of the recipe's FROM template (grown to
-`disk_mb`), under the egress policy the build names (none: no network), runs each
-RUN through the agent (its env, workdir and user as the recipe says there) and puts
-each COPY's files from the build context, then ends the VM and registers its disk as
-the newest version of the template (`templates/registry.py`), with the recipe's
-ENV, WORKDIR and USER as what every process gets and its `start_cmd`/`ready_cmd`,
-which the template's base snapshot is taken with (`provision.py`). Everything is made
-under the node's scratch dir and registered only once whole, so a build cut short
-(a failed step, a crash, a kill) leaves no template; the startup sweep empties the
-scratch dir. `log` gets every line of the build's progress and output.
+`RecipeBuilds.build` boots a VM on a clone of the recipe's FROM template (the file
+grown to `disk_mb`; the guest grows its filesystem), under the egress policy the
+build names (none: no network), runs each RUN through the agent (its env, workdir
+and user as the recipe says there) and puts each COPY's files from the build
+context, then ends the VM and registers its disk as the newest version of the
+template (`templates/registry.py`), with the recipe's ENV, WORKDIR and USER as what
+every process gets and its `start_cmd`/`ready_cmd`, which the template's base
+snapshot is taken with (`provision.py`). Everything is made under the node's scratch
+dir and registered only once whole, so a build cut short (a failed step, a crash, a
+kill) leaves no template; the startup sweep empties the scratch dir. `log` gets
+every line of the build's progress and output.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import os
 import posixpath
 import secrets
 import shutil
-import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
@@ -34,7 +34,6 @@ from space.node.catalog import TemplateCatalog
 from space.node.host import NodeHost
 from space.node.records import SandboxRecord
 from space.node.sandbox import Sandbox
-from space.node.storage.copies import copy_file
 from space.node.templates import ALIASES, TEMPLATES
 from space.node.templates.recipe import Copy, Recipe, RecipeError, Run, parse
 from space.node.templates.registry import (
@@ -46,6 +45,7 @@ from space.node.templates.registry import (
     check_name,
     write_private,
 )
+from space.node.versions import TemplateVersions
 from space.seam.values import ExecRequest
 
 log = logging.getLogger(__name__)
@@ -79,18 +79,19 @@ class BuildFailed(RuntimeError):
 
 
 class RecipeBuilds:
-    def __init__(self, host: NodeHost, templates: TemplateCatalog) -> None:
+    def __init__(
+        self, host: NodeHost, templates: TemplateCatalog, versions: TemplateVersions
+    ) -> None:
         self._host = host
         self._templates = templates
+        self._versions = versions
 
     async def delete(self, name: str) -> None:
-        """Forget template `name` and the images only it used (ValueError for a
-        built-in one)."""
+        """Forget template `name` and collect its versions (ValueError for a built-in
+        one)."""
         if name in TEMPLATES or name in ALIASES:
             raise ValueError(f"template {name!r} is built in")
-        registry = self._templates.imported
-        for digest in await asyncio.to_thread(registry.remove, name):
-            shutil.rmtree(registry.image_dir(digest), ignore_errors=True)
+        await asyncio.to_thread(self._versions.delete, name)
 
     def sweep(self) -> None:
         """Remove images a build cut short was registering (its process is gone; the
@@ -199,21 +200,26 @@ class RecipeBuilds:
         )
 
     def _register(self, name: str, disk: Path, record: ImageRecord) -> Version:
-        """`disk` and `record` as a new image, then the newest version of `name`."""
+        """`disk` (reflinked into the pool: a version shares the extents it did not
+        change) and `record` as a new image, then the newest version of `name`; the
+        versions nothing needs any more are collected."""
         registry = self._templates.imported
+        _, importer = self._host.ready()
         digest = secrets.token_hex(16)
         target = registry.image_dir(digest)
         staging = target.with_name(f".{digest}.{os.getpid()}{PARTIAL}")
         staging.mkdir(mode=0o700, parents=True)
         try:
-            copy_file(disk, staging / ROOTFS_FILE)
+            (staging / ROOTFS_FILE).symlink_to(importer.keep(disk, digest))
             write_private(staging / IMAGE_FILE, record.to_json())
             staging.rename(target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
+            importer.disk(digest).unlink(missing_ok=True)
             raise
         version = Version(digest, record.manifest, record.source, time.time())
         registry.add(name, version)
+        self._versions.collect()
         return version
 
 
@@ -295,7 +301,9 @@ def _check_context(context: Mapping[str, bytes]) -> None:
 
 
 def _grow(disk: Path, disk_mb: int | None) -> None:
-    """Grow the image and its ext4 filesystem to `disk_mb` (never shrink it)."""
+    """Make the image `disk_mb` long (never shorter). Only the file grows: its
+    filesystem is the tenant's, so the build VM's agent grows it online as it boots
+    (`space.guest.rootfs`); the host never runs e2fsprogs on it."""
     if disk_mb is None:
         return
     if not 1 <= disk_mb <= MAX_DISK_MB:
@@ -304,8 +312,6 @@ def _grow(disk: Path, disk_mb: int | None) -> None:
         return
     with disk.open("rb+") as handle:
         handle.truncate(disk_mb << 20)
-    subprocess.run(["e2fsck", "-fp", str(disk)], capture_output=True, timeout=600, check=False)
-    subprocess.run(["resize2fs", str(disk)], capture_output=True, timeout=600, check=True)
 
 
 def _manifest(request: BuildRequest) -> str:

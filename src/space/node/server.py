@@ -106,6 +106,7 @@ class NodeServer:
             (wire.START_BUILD, lambda a: n.start_build(a["build_id"], a["spec"])),
             (wire.BUILD_STATUS, lambda a: n.build_status(a["build_id"], a["after"])),
             (wire.DELETE_TEMPLATE, lambda a: n.delete_template(a["name"])),
+            (wire.TEMPLATE_USAGE, lambda a: n.template_usage(a["names"])),
             (wire.SNAPSHOT_TEMPLATE, lambda a: n.snapshot_template(a["sandbox_id"], a["name"])),
             (wire.CREATE_VOLUME, lambda a: n.create_volume(a["volume_id"], a["size_mb"])),
             (wire.DELETE_VOLUME, lambda a: n.delete_volume(a["volume_id"])),

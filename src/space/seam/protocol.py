@@ -24,6 +24,7 @@ from space.seam.values import (
     ProcessInfo,
     SandboxObservation,
     SandboxSpec,
+    TemplateUsage,
     WarmPoolStats,
     WatchEvent,
 )
@@ -93,6 +94,10 @@ class NodeClient(Protocol):
     async def delete_template(self, name: str) -> None:
         """Remove a template this node built or imported, every version (done if it
         has none; ValueError for a built-in one)."""
+        ...
+
+    async def template_usage(self, names: list[str]) -> TemplateUsage:
+        """The versions of templates `names` this node keeps, and the bytes they hold."""
         ...
 
     async def create_volume(self, volume_id: str, size_mb: int) -> None:

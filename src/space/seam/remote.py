@@ -49,6 +49,7 @@ from space.seam.values import (
     ProcessInfo,
     SandboxObservation,
     SandboxSpec,
+    TemplateUsage,
     WarmPoolStats,
 )
 
@@ -248,6 +249,9 @@ class RemoteNode:
 
     async def delete_template(self, name: str) -> None:
         await self.call(wire.DELETE_TEMPLATE, name=name)
+
+    async def template_usage(self, names: list[str]) -> TemplateUsage:
+        return await self.call(wire.TEMPLATE_USAGE, names=names)
 
     async def create_volume(self, volume_id: str, size_mb: int) -> None:
         await self.call(wire.CREATE_VOLUME, volume_id=volume_id, size_mb=size_mb)

@@ -57,6 +57,16 @@ class BuildSpec:
 
 
 @dataclass(frozen=True)
+class TemplateUsage:
+    """What a set of templates holds on a node: their kept versions, and the bytes
+    their disks and base snapshots occupy there (allocated blocks; an extent versions
+    share is counted in each, so it never understates the node's cost)."""
+
+    versions: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
 class BuildStatus:
     """Where a build on a node is: `building`, `ready` (`digest` names the version it
     added), `failed` (`error` says why) or `unknown` (the node has no such build: it

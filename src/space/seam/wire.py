@@ -42,6 +42,7 @@ from space.seam.values import (
     ProcessInfo,
     SandboxObservation,
     SandboxSpec,
+    TemplateUsage,
     WarmPoolStats,
 )
 
@@ -230,6 +231,7 @@ ADOPT_SNAPSHOT = Call[SandboxObservation]("adopt_snapshot", (_ID,), SandboxObser
 START_BUILD = Call[None]("start_build", (("build_id", str), ("spec", BuildSpec)), None)
 BUILD_STATUS = Call[BuildStatus]("build_status", (("build_id", str), ("after", int)), BuildStatus)
 DELETE_TEMPLATE = Call[None]("delete_template", (("name", str),), None)
+TEMPLATE_USAGE = Call[TemplateUsage]("template_usage", (("names", list[str]),), TemplateUsage)
 SNAPSHOT_TEMPLATE = Call[str]("snapshot_template", (_ID, ("name", str)), str)
 _VOLUME = ("volume_id", str)
 CREATE_VOLUME = Call[None]("create_volume", (_VOLUME, ("size_mb", int)), None)

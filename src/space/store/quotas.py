@@ -16,6 +16,7 @@ from space.store.commands import CommandState
 from space.store.errors import StoreError
 from space.store.models import Command, Org, Sandbox
 from space.store.states import SandboxState
+from space.store.templates import TemplateRepo
 from space.store.volumes import VolumeRepo
 
 #: States that hold a quota slot: everything not on its way out.
@@ -104,3 +105,12 @@ def admit_volume(
     if total + size_mb > mb_limit:
         detail = f"has {total} of {mb_limit} MiB of volumes and asks for {size_mb} more"
         raise QuotaExceeded("volume_mb_per_org", mb_limit, f"org {org_id}", detail)
+
+
+def admit_template(session: Session, org_id: str, name: str, limit: int) -> None:
+    """Lock the org and raise QuotaExceeded unless `name` is already the org's or one
+    more template fits in `limit`."""
+    lock_org(session, org_id)
+    owned = TemplateRepo(session).names_of(org_id)
+    if name not in owned and len(owned) >= limit:
+        raise QuotaExceeded("templates_per_org", limit, f"org {org_id}")

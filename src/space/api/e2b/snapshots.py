@@ -53,7 +53,7 @@ async def create(
         raise E2bError(400, FILESYSTEM_ONLY)
     name = body.name or f"snap-{secrets.token_hex(4)}"
     try:
-        made = await snapshot_service.snapshot(state, principal.org_id, row, name)
+        made = await snapshot_service.snapshot(state, principal, row, name)
     except ApiError as exc:
         raise E2bError(exc.status, exc.message) from None
     return JSONResponse(_info(made.name), status_code=201)

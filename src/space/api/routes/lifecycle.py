@@ -65,7 +65,7 @@ async def snapshot(
 ) -> SnapshotOut:
     """This running sandbox's disk as the newest version of the org's template `name`
     (it runs on); sandboxes of it boot from that disk (no memory is kept)."""
-    made = await snapshot_service.snapshot(state, principal.org_id, sandbox, body.name)
+    made = await snapshot_service.snapshot(state, principal, sandbox, body.name)
     return SnapshotOut(name=made.name, digest=made.digest, source=made.source)
 
 

@@ -86,6 +86,10 @@ class LocalSnapshotStore:
     def remove(self, owner: str) -> None:
         shutil.rmtree(self.root / owner, ignore_errors=True)
 
+    def owners(self, prefix: str) -> list[Path]:
+        """The directories of every owner whose name starts with `prefix`."""
+        return sorted(p for p in self.root.iterdir() if p.name.startswith(prefix))
+
 
 def _is_sealed(path: Path) -> bool:
     return not path.name.endswith(PARTIAL) and (path / MANIFEST).exists()

@@ -148,6 +148,17 @@ class Registry:
             kept = {v.digest for other in self.names() for v in self.versions(other)}
         return sorted(gone - kept)
 
+    def drop(self, name: str, digests: set[str]) -> None:
+        """Forget the versions of `name` whose image is one of `digests`."""
+        with self._locked():
+            kept = [v for v in self.versions(name) if v.digest not in digests]
+            body = {"name": name, "versions": [asdict(v) for v in kept]}
+            write_private(self._dir / f"{name}.json", body)
+
+    def digests(self) -> set[str]:
+        """The image of every version of every name."""
+        return {v.digest for name in self.names() for v in self.versions(name)}
+
     def image_dir(self, digest: str) -> Path:
         return self._cache_dir / IMAGE_KIND / digest
 
