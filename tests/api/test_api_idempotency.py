@@ -82,9 +82,9 @@ async def test_keys_are_per_org_and_the_e2b_fronts_honour_them(
 
 def test_a_digest_without_credentials_is_the_one_stored_before_they_existed() -> None:
     """A retry under the same key across the upgrades that added `credentials`,
-    `uses` and `volumes` matches."""
+    `uses`, `volumes`, `role` and `task_type` matches."""
     request = SandboxRequest(template="base", env={"A": "1"}, metadata={"m": "x"})
-    new = ("credentials", "uses", "volumes")
+    new = ("credentials", "uses", "volumes", "role", "task_type")
     before = {k: v for k, v in dataclasses.asdict(request).items() if k not in new}
     canonical = json.dumps(before, sort_keys=True, separators=(",", ":"))
     assert request.digest() == hashlib.sha256(canonical.encode()).hexdigest()

@@ -39,6 +39,8 @@ def test_upgrade_keeps_data_of_an_existing_database(db_url: str) -> None:
     with db.session() as session:
         principal = KeyRepo(session).authenticate(key)
         assert principal is not None and principal.org_name == "acme"
+        assert principal.role == "admin"  # a key from before roles keeps what it could do
+        assert principal.may("credentials.write") and principal.own_only is None
         row = SandboxRepo(session).create(
             principal.org_id, principal.project_id, NewSandbox("base", 60)
         )

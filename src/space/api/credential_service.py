@@ -46,7 +46,16 @@ class CredentialService:
         name = project.name if project else None
         only = frozenset(sandbox.credentials) if sandbox.credentials is not None else None
         uses = tuple(CredentialUse.from_json(use) for use in sandbox.credential_uses or [])
-        return SandboxRef(sandbox.id, sandbox.org_id, name, sandbox.template, only, uses)
+        return SandboxRef(
+            sandbox.id,
+            sandbox.org_id,
+            name,
+            sandbox.template,
+            only,
+            uses,
+            role=sandbox.role,
+            task_type=sandbox.task_type,
+        )
 
     def guest_env(self, sandbox_id: str) -> dict[str, str]:
         """The placeholder variables of the sandbox's current view, less the names

@@ -9,18 +9,20 @@ files), the only API use that counts as activity for idle auto-suspend.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
+from space.api.access import require
 from space.api.credential_push import CredentialPush
 from space.api.credential_service import CredentialService
 from space.api.errors import ApiError
 from space.api.state import AppState
 from space.api.volume_service import VolumeService
 from space.control.wake import wake
+from space.store import roles
 from space.store.db import Database
 from space.store.errors import DatabaseUnavailable
 from space.store.keys import KeyRepo, Principal
@@ -110,10 +112,19 @@ IdempotencyKeyDep = Annotated[
 ]
 
 
+def allowed(action: roles.Action) -> Any:
+    """A route (or router) dependency: `require(caller, action)`."""
+
+    async def check(principal: PrincipalDep) -> None:
+        require(principal, action)
+
+    return Depends(check)
+
+
 def _sandbox(sandbox_id: str, principal: PrincipalDep, state: StateDep) -> Sandbox:
-    """The caller's sandbox (another org's is a 404), read only."""
+    """The caller's sandbox (one it may not see is a 404), read only."""
     with state.db.session() as session:
-        return SandboxRepo(session).get(sandbox_id, org_id=principal.org_id)
+        return SandboxRepo(session).visible(principal, sandbox_id)
 
 
 SandboxDep = Annotated[Sandbox, Depends(_sandbox)]

@@ -64,9 +64,10 @@ from space.control.expiry import lifetime_until
 from space.control.power import PowerOp
 from space.control.waiter import Lifecycle
 from space.credentials.model import CredentialUse, HeaderApply, RulesApply
-from space.credentials.scopes import SandboxRef
+from space.credentials.scopes import SandboxRef, fenced_in
 from space.gateway.policy import PolicyError
 from space.seam.protocol import NodeClient
+from space.store import roles
 from space.store.credentials import CredentialRepo
 from space.store.db import Database
 from space.store.errors import InvalidTransition, NotFound
@@ -113,15 +114,17 @@ class SandboxRequest:
     credentials: tuple[str, ...] | None = None  # None: all its scopes reach
     uses: tuple[SecretUse, ...] = ()  # of `rules` credentials, by name
     volumes: tuple[MountRequest, ...] = ()  # the org's volumes, by name
+    role: str | None = None  # None: the creating key's (`space.store.roles`)
+    task_type: str | None = None
 
     def digest(self) -> str:
         """What identifies the request under an idempotency key. `credentials`,
-        `uses` and `volumes` count only when given, so a retry that spans the upgrade
-        adding them still matches."""
+        `uses`, `volumes`, `role` and `task_type` count only when given, so a retry
+        that spans the upgrade adding them still matches."""
         fields = dataclasses.asdict(self)
         if fields["credentials"] is None:
             del fields["credentials"]
-        for optional in ("uses", "volumes"):
+        for optional in ("uses", "volumes", "role", "task_type"):
             if not fields[optional]:
                 del fields[optional]
         canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=_dumped)
@@ -155,6 +158,7 @@ class SandboxService:
         out_of_bounds("timeout", request.timeout or 0, limit)
         out_of_bounds("idle_timeout", request.idle_timeout or 0, limit)
         await self.validate_template(request.template, principal.org_id)
+        role = _role(principal, request)
         new = NewSandbox(
             template=request.template,
             idle_timeout_seconds=request.idle_timeout
@@ -167,6 +171,9 @@ class SandboxService:
             credentials=request.credentials,
             idempotency_key=idempotency_key,
             request_digest=request.digest() if idempotency_key is not None else None,
+            key_id=principal.key_id,
+            role=role,
+            task_type=request.task_type,
         )
         sandbox_id = self._keyed(principal, new) or self._insert(principal, new, request)
         await self._lifecycle.ensure_created(sandbox_id)
@@ -211,7 +218,7 @@ class SandboxService:
         holds any credential (their gateways then get a view): one transaction."""
         with self._db.session() as session:
             repo = SandboxRepo(session)
-            rows = [repo.get(sandbox_id, org_id=principal.org_id) for sandbox_id in ids]
+            rows = [repo.visible(principal, sandbox_id) for sandbox_id in ids]
             return rows, CredentialRepo(session).count(principal.org_id) > 0
 
     def _insert(self, principal: Principal, new: NewSandbox, request: SandboxRequest) -> str:
@@ -289,11 +296,12 @@ class SandboxService:
     def get(self, principal: Principal, sandbox_id: str) -> Sandbox:
         """The caller's sandbox (another org's is NotFound). A read: not activity."""
         with self._db.session() as session:
-            return SandboxRepo(session).get(sandbox_id, org_id=principal.org_id)
+            return SandboxRepo(session).visible(principal, sandbox_id)
 
     def list(self, principal: Principal) -> list[Sandbox]:
+        """The sandboxes the caller sees (`space.store.sandboxes.sees`)."""
         with self._db.session() as session:
-            return SandboxRepo(session).list_for_org(principal.org_id)
+            return SandboxRepo(session).list_visible(principal)
 
     async def delete(self, row: Sandbox) -> None:
         """Mark it for deletion, destroy its VM, then end its processes."""
@@ -354,6 +362,19 @@ class SandboxService:
         return self._node
 
 
+def _role(principal: Principal, request: SandboxRequest) -> str:
+    """The new sandbox's role: the key's, or one it may grant (403 naming `role`); a
+    `sandbox`-tier key mounts no volume (403 naming `volumes`)."""
+    if request.volumes and not principal.may("volumes"):
+        message = f"a key of role {principal.role!r} mounts no volume"
+        raise ApiError(403, "forbidden", message, "volumes")
+    role = request.role or principal.role
+    problem = None if principal.is_admin else roles.grants(principal.role, role)
+    if problem is not None:
+        raise ApiError(403, "forbidden", problem, "role")
+    return role
+
+
 def _check_credentials(session: Session, principal: Principal, new: NewSandbox) -> None:
     """422 naming `credentials.<i>` unless each name is a credential of the org whose
     scope reaches the new sandbox (its project and template), listed once."""
@@ -387,6 +408,11 @@ def _credential_uses(
         if credential is None or not isinstance(credential.application, RulesApply):
             message = f"{use.where}: no secret named {use.name!r} in this org"
             raise ApiError(422, "unknown_secret", message, use.where)
+        if not fenced_in(credential.application, use.host):
+            message = (
+                f"{use.where}: secret {use.name!r} is fenced to {credential.application.hosts}"
+            )
+            raise ApiError(403, "outside_fence", message, use.where)
         found.append(CredentialUse(credential.id, use.host, use.application))
     return tuple(found)
 

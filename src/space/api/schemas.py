@@ -26,6 +26,8 @@ from pydantic import (
 )
 
 from space.credentials.model import MAX_VALUE_BYTES
+from space.credentials.model import Word as PolicyWord
+from space.store import roles
 
 KIB = 1024
 MAX_SECONDS = 2**31 - 1  # fits every integer column and every datetime sum
@@ -150,6 +152,15 @@ class CreateSandbox(Strict):
         description="the org's volumes mounted in the guest (a sandbox with volumes "
         "cold-boots and does not fork)",
     )
+    role: str | None = Field(
+        default=None,
+        pattern=roles.ROLE_PATTERN,
+        description="the role its credentials' policies judge it by: the key's (absent) "
+        "or one the key may grant",
+    )
+    task_type: PolicyWord | None = Field(
+        default=None, description="what a credential's `policy.task_types` judges it by"
+    )
 
 
 class IngressOut(BaseModel):
@@ -184,6 +195,8 @@ class SandboxOut(BaseModel):
         default=None, description="sandbox URLs (shown by create and get)"
     )
     volumes: list[MountOut] = Field(default_factory=list)
+    role: str | None = None
+    task_type: str | None = None
 
 
 class TimeoutBody(Strict):

@@ -15,6 +15,7 @@ import asyncio
 from dataclasses import dataclass
 
 from space.api import quotas
+from space.api.access import require
 from space.api.errors import ApiError
 from space.api.state import AppState
 from space.store.keys import Principal
@@ -30,6 +31,7 @@ class Snapshot:
 
 
 async def snapshot(state: AppState, principal: Principal, sandbox: Sandbox, name: str) -> Snapshot:
+    require(principal, "templates.write")
     node = state.node
     known = await node.templates()
     usage = await node.template_usage(own_templates(state, principal.org_id))

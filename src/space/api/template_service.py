@@ -38,6 +38,7 @@ from typing import NoReturn
 from sqlalchemy.orm import Session
 
 from space.api import quotas as admission
+from space.api.access import require
 from space.api.errors import ApiError
 from space.api.eventlog import Record
 from space.api.state import AppState
@@ -102,6 +103,7 @@ def _invalid(field: str, why: str) -> NoReturn:
 
 async def submit(state: AppState, principal: Principal, body: CreateTemplate) -> BuildCreated:
     """Claim `body.name` for the org and queue its build (202's body)."""
+    require(principal, "templates.write")
     if (body.dockerfile is None) == (body.from_ is None):
         _invalid("dockerfile", "give exactly one of `dockerfile` and `from`")
     recipe = body.dockerfile if body.dockerfile is not None else f"FROM {body.from_}\n"
@@ -214,6 +216,7 @@ def build_of(db: Database, principal: Principal, build_id: str) -> BuildView:
 async def delete(state: AppState, principal: Principal, name: str) -> None:
     """The org's template off the node, then its name and builds (409 while one of
     them is queued or building)."""
+    require(principal, "templates.write")
     with state.db.session() as session:
         if TemplateRepo(session).owner(name) != principal.org_id:
             raise NotFound("template", name)

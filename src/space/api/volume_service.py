@@ -41,6 +41,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from space.api.access import require
 from space.api.errors import ApiError, out_of_bounds
 from space.api.quotas import admit_volume
 from space.config import Settings
@@ -81,6 +82,7 @@ class VolumeService:
 
     async def create(self, principal: Principal, name: str, size_mb: int) -> VolumeView:
         """A new empty volume, `ready` once the node made it."""
+        require(principal, "volumes")
         out_of_bounds("size_mb", size_mb, self._settings.limits.volume_mb, "MiB")
         node = self._node_or_unavailable()
         with self._db.session() as session:
@@ -92,6 +94,7 @@ class VolumeService:
         self, principal: Principal, source: str, name: str, *, by_id: bool = False
     ) -> VolumeView:
         """A new volume holding `source`'s data as it is now (mounted or not)."""
+        require(principal, "volumes")
         node = self._node_or_unavailable()
         size_mb = self.get(principal, source, by_id=by_id).volume.size_mb
         with self._db.session() as session:
@@ -103,6 +106,7 @@ class VolumeService:
 
     def get(self, principal: Principal, ref: str, *, by_id: bool = False) -> VolumeView:
         """The org's volume named `ref` (its id, `by_id`); another org's is NotFound."""
+        require(principal, "volumes")
         with self._db.session() as session:
             repo = VolumeRepo(session)
             row = _find(repo, principal.org_id, ref, by_id)
@@ -110,6 +114,7 @@ class VolumeService:
 
     def list(self, principal: Principal) -> list[VolumeView]:
         """The org's volumes by name."""
+        require(principal, "volumes")
         with self._db.session() as session:
             repo = VolumeRepo(session)
             held = repo.mounts_of_org(principal.org_id)
@@ -117,6 +122,7 @@ class VolumeService:
 
     async def delete(self, principal: Principal, ref: str, *, by_id: bool = False) -> None:
         """Remove a volume no live sandbox mounts: its image, then its row."""
+        require(principal, "volumes")
         node = self._node_or_unavailable()
         with self._db.session() as session:
             lock_org(session, principal.org_id)

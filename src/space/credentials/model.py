@@ -172,9 +172,10 @@ class SigV4Apply(Strict):
 
 class RulesApply(Strict):
     """None of its own: each sandbox whose create uses it says how, on which host
-    (`CredentialUse`)."""
+    (`CredentialUse`), within `hosts` when an admin fenced it (empty: anywhere)."""
 
     kind: Literal["rules"] = "rules"
+    hosts: list[HostPattern] = Field(default=[], max_length=32)
 
 
 #: What `/v1/credentials` takes (a `rules` credential is made by E2B's `/secrets`).

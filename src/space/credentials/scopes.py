@@ -44,6 +44,7 @@ from space.credentials.ratelimit import BucketKey, Level
 
 PLACEHOLDER_PREFIX = "space_ph_"
 NOT_ASKED_FOR = "not among the credentials the sandbox was created with"
+OUTSIDE_FENCE = "a use outside the hosts its admin fenced it to"
 
 
 class WideningError(ValueError):
@@ -65,6 +66,9 @@ class SandboxRef:
     only: frozenset[str] | None = None
     #: Its create's uses of `rules` credentials (E2B's `network.rules`).
     uses: tuple[CredentialUse, ...] = ()
+    #: The role and task type a credential's `Policy` judges it by (None: none).
+    role: str | None = None
+    task_type: str | None = None
 
 
 def host_within(narrow: str, wide: str) -> bool:
@@ -76,6 +80,11 @@ def host_within(narrow: str, wide: str) -> bool:
     suffix = wide[1:]  # ".example.com"
     base = narrow[2:] if narrow.startswith("*.") else narrow
     return base.endswith(suffix)
+
+
+def fenced_in(application: RulesApply, host: str) -> bool:
+    """Whether a use on `host` (a name or `*.domain`) is inside the secret's fence."""
+    return not application.hosts or any(host_within(host, wide) for wide in application.hosts)
 
 
 def host_matches(pattern: str, host: str) -> bool:
@@ -204,6 +213,9 @@ class CredentialView:
     entries: tuple[ViewEntry, ...]
     #: Credentials that reach the sandbox but were left out, with why (no values).
     excluded: tuple[tuple[str, str], ...]
+    #: The sandbox's role and task type, which the gateway judges each `Policy` by.
+    role: str | None = None
+    task_type: str | None = None
 
     @property
     def stamp(self) -> ViewStamp:
@@ -217,6 +229,8 @@ class CredentialView:
             "digest": self.digest,
             "entries": [entry.to_json() for entry in self.entries],
             "excluded": [list(item) for item in self.excluded],
+            "role": self.role,
+            "task_type": self.task_type,
         }
 
     @classmethod
@@ -227,6 +241,8 @@ class CredentialView:
             digest=data["digest"],
             entries=tuple(ViewEntry.from_json(entry) for entry in data["entries"]),
             excluded=tuple((name, why) for name, why in data["excluded"]),
+            role=data.get("role"),
+            task_type=data.get("task_type"),
         )
 
 
@@ -320,7 +336,10 @@ def resolve(
         ph = placeholder(placeholder_secret, sandbox.id, credential.id)
         if isinstance(credential.application, RulesApply):
             mine = [use for use in sandbox.uses if use.credential_id == credential.id]
-            entries.extend(_use_entry(credential, use, ph) for use in mine)
+            fenced = [use for use in mine if fenced_in(credential.application, use.host)]
+            if len(fenced) < len(mine):
+                excluded.append((credential.name, OUTSIDE_FENCE))
+            entries.extend(_use_entry(credential, use, ph) for use in fenced)
             continue
         try:
             binding, levels = _chain(credential, narrowings, sandbox)
@@ -334,4 +353,12 @@ def resolve(
         version = 1
     else:
         version = previous.version if previous.digest == digest else previous.version + 1
-    return CredentialView(sandbox.id, version, digest, tuple(entries), tuple(excluded))
+    return CredentialView(
+        sandbox.id,
+        version,
+        digest,
+        tuple(entries),
+        tuple(excluded),
+        role=sandbox.role,
+        task_type=sandbox.task_type,
+    )

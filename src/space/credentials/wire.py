@@ -135,14 +135,11 @@ class WireCredentials:
         limiter: RateLimiter,
         audit: AuditChain,
         tokens: TokenCache,
-        role: str | None = None,
-        task_type: str | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.sandbox_id = sandbox_id
         self.org_id = org_id
         self.view = view
-        self.role, self.task_type = role, task_type
         self._reveal = reveal
         self._limiter = limiter
         self._audit = audit
@@ -257,7 +254,7 @@ class WireCredentials:
     def _refusal(self, entry: ViewEntry, now: datetime) -> str | None:
         if entry.expires_at is not None and entry.expires_at <= now:
             return "credential expired"
-        if not entry.policy.allows(self.role, self.task_type, now):
+        if not entry.policy.allows(self.view.role, self.view.task_type, now):
             return "credential policy denies"
         return None
 

@@ -188,6 +188,16 @@ class CredentialRepo:
         self._add_version(row.id, row.version, value, keys, now)
         return self.get(row.id)
 
+    def fence(self, credential_id: str, org_id: str | None, hosts: list[str]) -> Credential:
+        """A `rules` credential's uses limited to `hosts` from now on ([]: anywhere)."""
+        row = self._row(credential_id, org_id)
+        if not isinstance(application_of(row.application), RulesApply):
+            raise ValueError("only a `rules` credential (an E2B secret) has a fence")
+        row.application = RulesApply(hosts=hosts).model_dump(mode="json")
+        row.updated_at = utcnow()
+        self.session.flush()
+        return self._domain(row)
+
     def revoke(self, credential_id: str, org_id: str | None) -> Credential:
         """Revoked now (idempotent: the first revocation time stays)."""
         row = self._row(credential_id, org_id)

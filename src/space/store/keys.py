@@ -17,6 +17,7 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, Select, and_, or_, select, update
 from sqlalchemy.orm import Session
 
+from space.store import roles
 from space.store.errors import NotFound
 from space.store.models import ApiKey, Org, Project, utcnow
 
@@ -26,13 +27,24 @@ ADMIN_ORG = "admin"
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: the org (and optional project) an API key belongs to."""
+    """Who is calling: the org (and optional project) an API key belongs to, and its
+    role (`space.store.roles`)."""
 
     key_id: str
     org_id: str
     org_name: str
     project_id: str | None
     is_admin: bool
+    role: str = roles.ADMIN
+
+    def may(self, action: roles.Action) -> bool:
+        return self.is_admin or roles.may(self.role, self.project_id, action)
+
+    @property
+    def own_only(self) -> str | None:
+        """The key whose sandboxes alone it sees (a `sandbox`-tier key's own); None: all
+        of its org's (or project's)."""
+        return None if self.may("sandboxes.all") else self.key_id
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,7 @@ class IssuedKey:
     project: str | None
     key_id: str
     expires_at: datetime | None = None
+    role: str = roles.ADMIN
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,7 @@ class KeyInfo:
     org: str
     project: str | None
     is_admin: bool
+    role: str
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
@@ -101,8 +115,11 @@ class KeyRepo:
         key: str | None = None,
         admin: bool = False,
         expires_at: datetime | None = None,
+        role: str = roles.ADMIN,
     ) -> IssuedKey:
         """Store a key (generated unless given) for the org/project, creating them."""
+        if not roles.valid(role):
+            raise ValueError(f"role {role!r} must match {roles.ROLE_PATTERN}")
         org = self.ensure_org(org_name)
         project = self.ensure_project(org, project_name) if project_name else None
         key = key or generate_key()
@@ -113,12 +130,18 @@ class KeyRepo:
             org_id=org.id,
             project_id=project.id if project else None,
             is_admin=admin,
+            role=roles.ADMIN if admin else role,
             expires_at=expires_at,
         )
         self.session.add(row)
         self.session.flush()
         return IssuedKey(
-            key=key, org=org.name, project=project_name, key_id=row.id, expires_at=expires_at
+            key=key,
+            org=org.name,
+            project=project_name,
+            key_id=row.id,
+            expires_at=expires_at,
+            role=row.role,
         )
 
     def has_admin(self) -> bool:
@@ -138,11 +161,12 @@ class KeyRepo:
                 Org.name,
                 ApiKey.project_id,
                 ApiKey.is_admin,
+                ApiKey.role,
             )
             .join(Org, Org.id == ApiKey.org_id)
             .where(ApiKey.prefix == key[:KEY_PREFIX_LEN], _valid())
         )
-        for key_hash, key_id, org_id, org_name, project_id, is_admin in candidates:
+        for key_hash, key_id, org_id, org_name, project_id, is_admin, role in candidates:
             if hmac.compare_digest(key_hash, digest):
                 return Principal(
                     key_id=key_id,
@@ -150,6 +174,7 @@ class KeyRepo:
                     org_name=org_name,
                     project_id=project_id,
                     is_admin=is_admin,
+                    role=role,
                 )
         return None
 
@@ -171,14 +196,16 @@ class KeyRepo:
             result[org_id].append(key_id)
         return result
 
-    def list_keys(self, org_id: str | None = None) -> list[KeyInfo]:
-        """Every key (of `org_id` when given), oldest first, revoked ones included."""
-        rows = self.session.execute(_listing(org_id))
+    def list_keys(self, org_id: str | None = None, project_id: str | None = None) -> list[KeyInfo]:
+        """Every key (of `org_id`, and `project_id`, when given), oldest first, revoked
+        ones included."""
+        rows = self.session.execute(_listing(org_id, project_id))
         return [_info(key, org, project) for key, org, project in rows]
 
-    def get(self, key_id: str, org_id: str | None = None) -> KeyInfo:
-        """One key (of `org_id` when given: another org's key is not found)."""
-        row = self.session.execute(_listing(org_id).where(ApiKey.id == key_id)).first()
+    def get(self, key_id: str, org_id: str | None = None, project_id: str | None = None) -> KeyInfo:
+        """One key (of `org_id` and `project_id` when given: another's is not found)."""
+        query = _listing(org_id, project_id).where(ApiKey.id == key_id)
+        row = self.session.execute(query).first()
         if row is None:
             raise NotFound("key", key_id)
         key, org, project = row
@@ -193,10 +220,16 @@ class KeyRepo:
             .values(revoked_at=utcnow())
             .execution_options(synchronize_session=False)
         )
-        return self.get(key_id, org_id)
+        return self.get(key_id)
+
+    def project_name(self, project_id: str) -> str:
+        project = self.session.get(Project, project_id)
+        if project is None:
+            raise NotFound("project", project_id)
+        return project.name
 
 
-def _listing(org_id: str | None) -> Select[ApiKey, str, str]:
+def _listing(org_id: str | None, project_id: str | None = None) -> Select[ApiKey, str, str]:
     """Keys with their org's and project's names (the project's is None without one)."""
     query = (
         select(ApiKey, Org.name, Project.name)
@@ -204,7 +237,9 @@ def _listing(org_id: str | None) -> Select[ApiKey, str, str]:
         .outerjoin(Project, Project.id == ApiKey.project_id)
         .order_by(ApiKey.created_at, ApiKey.id)
     )
-    return query if org_id is None else query.where(ApiKey.org_id == org_id)
+    if org_id is not None:
+        query = query.where(ApiKey.org_id == org_id)
+    return query if project_id is None else query.where(ApiKey.project_id == project_id)
 
 
 def _valid() -> ColumnElement[bool]:
@@ -221,6 +256,7 @@ def _info(row: ApiKey, org: str, project: str | None) -> KeyInfo:
         org=org,
         project=project,
         is_admin=row.is_admin,
+        role=row.role,
         created_at=row.created_at,
         expires_at=row.expires_at,
         revoked_at=row.revoked_at,

@@ -72,6 +72,8 @@ class ApiKey(Base):
         ForeignKey("projects.id", ondelete="CASCADE"), nullable=True
     )
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: `space.store.roles`: admin, developer, sandbox, or a custom role's name.
+    role: Mapped[str] = mapped_column(String(63), default="admin")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
@@ -115,6 +117,12 @@ class Sandbox(Base):
     fork_of: Mapped[str | None] = mapped_column(String(32), nullable=True)
     #: Its volumes, `{"volume_id", "path", "read_only"}` each, in mount order; None: none.
     volumes: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    #: The key that created it (a `sandbox`-tier key sees only its own); None: before 0015.
+    key_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
+    #: The role its credentials are judged by (`Policy.roles`): its creator's or narrower.
+    role: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    #: The task type its create named (`Policy.task_types`); None: none.
+    task_type: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class Volume(Base):

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from space import faults
 from space.credentials.model import CredentialUse
 from space.store.errors import NoLongerDue, NotFound, StaleGeneration
-from space.store.keys import new_id
+from space.store.keys import Principal, new_id
 from space.store.models import Sandbox, utcnow
 from space.store.states import DesiredState, SandboxState, check_transition
 
@@ -40,6 +40,9 @@ class NewSandbox:
     request_digest: str | None = None  # of what was asked under that key
     fork_of: str | None = None  # the source of a fork (its node restores it from there)
     volumes: list[dict[str, Any]] | None = None  # `Sandbox.volumes`
+    key_id: str | None = None  # the key that created it
+    role: str | None = None  # the role its credentials are judged by
+    task_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,9 @@ class SandboxRepo:
             request_digest=new.request_digest,
             fork_of=new.fork_of,
             volumes=new.volumes,
+            key_id=new.key_id,
+            role=new.role,
+            task_type=new.task_type,
         )
         self.session.add(row)
         self.session.flush()
@@ -112,6 +118,9 @@ class SandboxRepo:
             credentials=tuple(source.credentials) if source.credentials is not None else None,
             on_timeout=source.on_timeout,
             fork_of=source.id,
+            key_id=source.key_id,
+            role=source.role,
+            task_type=source.task_type,
         )
         rows = [self.create(source.org_id, source.project_id, new) for _ in range(count)]
         for row in rows:
@@ -143,6 +152,24 @@ class SandboxRepo:
             .order_by(Sandbox.created_at, Sandbox.id)
         )
         return self._readable(query)
+
+    def visible(self, principal: Principal, sandbox_id: str) -> Sandbox:
+        """A live sandbox the caller may see (`sees`); any other is NotFound."""
+        row = self.get(sandbox_id, org_id=principal.org_id)
+        if not sees(principal, row):
+            raise NotFound("sandbox", sandbox_id)
+        return row
+
+    def list_visible(self, principal: Principal) -> list[Sandbox]:
+        """The live sandboxes the caller may see, oldest first."""
+        query = select(Sandbox).where(
+            Sandbox.org_id == principal.org_id, Sandbox.state != SandboxState.DELETED.value
+        )
+        if principal.project_id is not None:
+            query = query.where(Sandbox.project_id == principal.project_id)
+        if principal.own_only is not None:
+            query = query.where(Sandbox.key_id == principal.own_only)
+        return self._readable(query.order_by(Sandbox.created_at, Sandbox.id))
 
     def list_in(self, states: frozenset[SandboxState]) -> list[Sandbox]:
         """Every sandbox in one of `states` (for the expiry sweep)."""
@@ -286,3 +313,11 @@ class SandboxRepo:
     def count_by_state(self) -> dict[str, int]:
         query = select(Sandbox.state, func.count()).group_by(Sandbox.state)
         return {state: count for state, count in self.session.execute(query)}
+
+
+def sees(principal: Principal, row: Sandbox) -> bool:
+    """Whether a key sees a sandbox of its org: a project key its project's only, a
+    `sandbox`-tier key (`space.store.roles`) the ones it created only."""
+    if principal.project_id is not None and row.project_id != principal.project_id:
+        return False
+    return principal.own_only is None or row.key_id == principal.own_only

@@ -9,7 +9,11 @@
     DELETE /secrets/{secret}     gone, from every sandbox using it
 
 Same store, sealing, audit, push to running sandboxes and per-org count limit as
-`/v1/credentials`; no answer carries a value. A SPACE credential of another kind
+`/v1/credentials`; no answer carries a value. Reads take a `developer` key, changes
+an org-wide `admin` (`space.store.roles`). SPACE's extension `hosts` (create and
+update; absent on update: kept, `[]`: none) fences a secret to host patterns: a
+create's `network.rules` for it elsewhere is a 403, and a use made before a
+narrower fence stops applying. A SPACE credential of another kind
 is not an E2B secret here (404). Names are lower-cased, at most 128 printable ASCII
 characters without `{` or `}`; `sec_` and `cred_` (ids) are reserved prefixes.
 """
@@ -26,12 +30,13 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy.orm import Session
 
+from space.api.access import require
 from space.api.deps import StateDep, credential_push, credential_service
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.rest import PrincipalDep
 from space.api.schemas import CredentialValue
 from space.credentials.audit import AuditEvent
-from space.credentials.model import Credential, Policy, RulesApply
+from space.credentials.model import Credential, HostPattern, Policy, RulesApply
 from space.store.credentials import CredentialExists, CredentialRepo
 from space.store.errors import NotFound
 from space.store.keys import Principal
@@ -80,15 +85,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+Fence = Annotated[list[HostPattern], Field(max_length=32)]
+
+
 class NewSecretIn(_Strict):
     name: SecretName
     value: CredentialValue
     metadata: SecretMetadata | None = None
+    hosts: Fence = Field(default=[], description="SPACE: the hosts its uses may name")
 
 
 class SecretUpdateIn(_Strict):
     value: CredentialValue
     metadata: SecretMetadata | None = Field(default=None, description="replaces the stored")
+    hosts: Fence | None = Field(default=None, description="SPACE: replaces the fence")
 
 
 def secret_json(credential: Credential) -> dict[str, Any]:
@@ -98,9 +108,15 @@ def secret_json(credential: Credential) -> dict[str, Any]:
         "name": credential.name,
         "currentVersion": credential.version,
         "metadata": dict(credential.metadata),
+        "hosts": _fence(credential),
         "createdAt": _iso(credential.created_at),
         "updatedAt": _iso(credential.updated_at),
     }
+
+
+def _fence(credential: Credential) -> list[str]:
+    application = credential.application
+    return list(application.hosts) if isinstance(application, RulesApply) else []
 
 
 def _iso(moment: datetime) -> str:
@@ -156,6 +172,7 @@ def _commit(
 async def create_secret(
     body: NewSecretIn, principal: PrincipalDep, state: StateDep, request: Request
 ) -> JSONResponse:
+    require(principal, "credentials.write")
     service = credential_service(request)
 
     def create(repo: CredentialRepo) -> Credential:
@@ -168,7 +185,7 @@ async def create_secret(
                 name=body.name,
                 scope="org",
                 target=None,
-                application=RulesApply(),
+                application=RulesApply(hosts=body.hosts),
                 binding=None,
                 policy=Policy(),
                 expires_at=None,
@@ -193,6 +210,7 @@ async def list_secrets(
     next_token: Annotated[str | None, Query(alias="nextToken", max_length=64)] = None,
 ) -> JSONResponse:
     """Oldest first; `nextToken` is the id of the last secret of the previous page."""
+    require(principal, "credentials.read")
     with state.db.session() as session:
         listed = CredentialRepo(session).list_credentials(principal.org_id)
     secrets = [c for c in listed if isinstance(c.application, RulesApply)]
@@ -209,6 +227,7 @@ async def list_secrets(
 
 @router.get("/secrets/{secret}")
 async def get_secret(secret: str, principal: PrincipalDep, state: StateDep) -> JSONResponse:
+    require(principal, "credentials.read")
     with state.db.session() as session:
         return JSONResponse(secret_json(find(CredentialRepo(session), principal.org_id, secret)))
 
@@ -218,12 +237,15 @@ async def update_secret(
     secret: str, body: SecretUpdateIn, principal: PrincipalDep, request: Request
 ) -> JSONResponse:
     """A new current version; the previous one is unusable at once (no grace)."""
+    require(principal, "credentials.write")
     service = credential_service(request)
 
     def rotate(repo: CredentialRepo) -> Credential:
         found = find(repo, principal.org_id, secret)
         if found.revoked_at is not None:
             raise E2bError(409, f"secret {secret!r} was revoked (through /v1/credentials)")
+        if body.hosts is not None:
+            repo.fence(found.id, principal.org_id, body.hosts)
         return repo.rotate(
             found.id,
             principal.org_id,
@@ -240,6 +262,8 @@ async def update_secret(
 
 @router.delete("/secrets/{secret}", status_code=204)
 async def delete_secret(secret: str, principal: PrincipalDep, request: Request) -> Response:
+    require(principal, "credentials.write")
+
     def delete(repo: CredentialRepo) -> Credential:
         found = find(repo, principal.org_id, secret)
         repo.delete(found.id, principal.org_id)

@@ -9,8 +9,10 @@ at a lower scope (a wider one is a 422 naming the field). Every change is in the
 hash-chained audit (`GET /v1/credentials/audit`). `GET /v1/sandboxes/{id}/credentials`
 is the sandbox's current, versioned view, without values.
 
-Scope: an org's key manages its org's credentials (another org's is a 404); the
-operator's admin key every org's, and may name the org to create one in.
+Scope: an org's `developer` or `admin` key reads its org's credentials (another
+org's is a 404), and only an org-wide `admin` key changes them (`space.store.roles`:
+a project key, or a `sandbox`-tier one, gets a 403 naming `role`); the operator's
+admin key every org's, and may name the org to create one in.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from space.api.deps import (
     SandboxDep,
     SessionDep,
     StateDep,
+    allowed,
     credential_push,
     credential_service,
 )
@@ -51,7 +54,7 @@ from space.store.keys import KeyRepo, Principal
 from space.store.models import Org, utcnow
 from space.store.sandboxes import SandboxRepo
 
-router = APIRouter(tags=["credentials"])
+router = APIRouter(tags=["credentials"], dependencies=[allowed("credentials.read")])
 
 MAX_EXPIRES_IN = 10 * 365 * 86400
 MAX_GRACE = 365 * 86400
@@ -265,7 +268,7 @@ def _changed(
     return service.commit(run)
 
 
-@router.post("/v1/credentials", status_code=201)
+@router.post("/v1/credentials", status_code=201, dependencies=[allowed("credentials.write")])
 async def create_credential(
     body: CreateCredential, principal: PrincipalDep, state: StateDep, request: Request
 ) -> CredentialOut:
@@ -350,7 +353,7 @@ async def get_credential(
     return _out(session, CredentialRepo(session).get(credential_id, _scope(principal)))
 
 
-@router.post("/v1/credentials/{credential_id}/rotate")
+@router.post("/v1/credentials/{credential_id}/rotate", dependencies=[allowed("credentials.write")])
 async def rotate_credential(
     credential_id: str,
     body: RotateCredential,
@@ -377,7 +380,7 @@ async def rotate_credential(
     return await _pushed(request, _changed(service, principal, "rotated", rotate))
 
 
-@router.post("/v1/credentials/{credential_id}/revoke")
+@router.post("/v1/credentials/{credential_id}/revoke", dependencies=[allowed("credentials.write")])
 async def revoke_credential(
     credential_id: str, principal: PrincipalDep, request: Request
 ) -> CredentialOut:
@@ -391,7 +394,7 @@ async def revoke_credential(
     return await _pushed(request, revoked)
 
 
-@router.put("/v1/credentials/{credential_id}/bindings")
+@router.put("/v1/credentials/{credential_id}/bindings", dependencies=[allowed("credentials.write")])
 async def bind_credential(
     credential_id: str, body: BindCredential, principal: PrincipalDep, request: Request
 ) -> CredentialOut:
@@ -416,7 +419,9 @@ async def bind_credential(
     return await _pushed(request, _changed(credential_service(request), principal, "bound", bind))
 
 
-@router.delete("/v1/credentials/{credential_id}", status_code=204)
+@router.delete(
+    "/v1/credentials/{credential_id}", status_code=204, dependencies=[allowed("credentials.write")]
+)
 async def delete_credential(
     credential_id: str, principal: PrincipalDep, request: Request
 ) -> Response:

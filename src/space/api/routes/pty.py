@@ -160,7 +160,7 @@ def _authorise(state: AppState, websocket: WebSocket, sandbox_id: str) -> tuple[
         principal = KeyRepo(session).authenticate(key)
         if principal is None:
             raise ApiError(401, "unauthorized", "invalid API key")
-        return principal, SandboxRepo(session).get(sandbox_id, org_id=principal.org_id)
+        return principal, SandboxRepo(session).visible(principal, sandbox_id)
 
 
 def _status_of(exc: Exception) -> tuple[int, str]:

@@ -35,6 +35,8 @@ def to_out(row: Sandbox, names: Mapping[str, str]) -> SandboxOut:
         created_at=row.created_at,
         last_activity_at=row.last_activity_at,
         volumes=[_mount_out(mount, names) for mount in row.volumes or ()],
+        role=row.role,
+        task_type=row.task_type,
     )
 
 
@@ -87,6 +89,8 @@ async def create_sandbox(
             MountRequest("volumes", mount.name, mount.path, mount.read_only)
             for mount in body.volumes
         ),
+        role=body.role,
+        task_type=body.task_type,
     )
     return with_ingress(await state.sandboxes.create(principal, request, key), state)
 
