@@ -156,7 +156,9 @@ def test_only_an_org_wide_admin_changes_a_credential(server: ServerThread, db: D
         assert bound.status_code == 200, bound.text
 
 
-def test_a_sandbox_takes_its_keys_role_or_a_narrower_one(server: ServerThread, db: Database) -> None:
+def test_a_sandbox_takes_its_keys_role_or_a_narrower_one(
+    server: ServerThread, db: Database
+) -> None:
     with _v1(server, _key(db, "acme", role="developer")) as dev:
         own = dev.post("/v1/sandboxes", json={"template": "base", "task_type": "deploy"}).json()
         assert (own["role"], own["task_type"]) == ("developer", "deploy")
