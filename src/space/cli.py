@@ -571,7 +571,8 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
     db = open_database(settings_from(args))
     try:
         with db.session() as session:
-            issued = KeyRepo(session).issue(args.org, args.project, expires_at=expires)
+            repo = KeyRepo(session)
+            issued = repo.issue(args.org, args.project, expires_at=expires, role=args.role)
     finally:
         db.dispose()
     if args.json:
@@ -583,6 +584,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
                     "id": issued.key_id,
                     "org": issued.org,
                     "project": issued.project,
+                    "role": issued.role,
                     "expires_at": expires_at,
                 }
             )
@@ -604,8 +606,17 @@ def _key_json(info: KeyInfo) -> dict[str, object]:
         "org": info.org,
         "project": info.project,
         "admin": info.is_admin,
+        "role": info.role,
     }
     return fields | {name: value.isoformat() if value else None for name, value in when.items()}
+
+
+def _role(value: str) -> str:
+    from space.store import roles
+
+    if not roles.valid(value):
+        raise argparse.ArgumentTypeError(f"{value!r}: a role matches {roles.ROLE_PATTERN}")
+    return value
 
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
@@ -629,12 +640,13 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
             info.prefix,
             info.org,
             info.project or "",
+            info.role,
             _key_status(info),
             info.expires_at or "",
         )
         for info in keys
     ]
-    table(rows, ["ID", "PREFIX", "ORG", "PROJECT", "STATUS", "EXPIRES"])
+    table(rows, ["ID", "PREFIX", "ORG", "PROJECT", "ROLE", "STATUS", "EXPIRES"])
     return 0
 
 
@@ -790,6 +802,12 @@ def build_parser() -> argparse.ArgumentParser:
     create_key = _command(keys, "create", cmd_keys_create, "make an API key")
     create_key.add_argument("--org", required=True)
     create_key.add_argument("--project")
+    create_key.add_argument(
+        "--role",
+        type=_role,
+        default="admin",
+        help="admin (default: the org), developer, sandbox (an agent's key) or a custom role",
+    )
     create_key.add_argument(
         "--expires-in", type=_positive_seconds, metavar="SECONDS", help="the key expires then"
     )

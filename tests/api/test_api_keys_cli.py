@@ -53,3 +53,18 @@ def test_a_non_positive_expiry_is_refused(
     with pytest.raises(SystemExit):
         main(["keys", "create", "--org", "acme", "--expires-in", "0", "--data-dir", str(tmp_path)])
     assert "positive number of seconds" in capsys.readouterr().err
+
+
+def test_create_takes_a_role_and_list_shows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("SPACE_DATABASE_URL", "SPACE_BOOTSTRAP_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    data = ["--data-dir", str(tmp_path)]
+    agent = run(capsys, "keys", "create", "--org", "acme", "--role", "sandbox", "--json", *data)
+    assert isinstance(agent, dict) and agent["role"] == "sandbox"
+    listed = run(capsys, "keys", "list", "--org", "acme", "--json", *data)
+    assert isinstance(listed, list) and [k["role"] for k in listed] == ["sandbox"]
+    with pytest.raises(SystemExit):
+        main(["keys", "create", "--org", "acme", "--role", "Root!", *data])
+    assert "a role matches" in capsys.readouterr().err

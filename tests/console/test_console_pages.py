@@ -52,12 +52,13 @@ async def test_the_console_api_needs_a_key(client: httpx.AsyncClient) -> None:
         assert answer.json()["error"]["code"] == "unauthorized"
 
 
-async def test_whoami_names_the_keys_org(client: httpx.AsyncClient) -> None:
+async def test_whoami_names_the_keys_org_and_role(client: httpx.AsyncClient) -> None:
     me = await client.get("/console/api/whoami")
     assert me.json() == {
         "org": "acme",
         "project_id": None,
         "admin": False,
+        "role": "admin",
         "vcpus": 1,
         "memory_mib": 256,
     }

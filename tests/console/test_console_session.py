@@ -21,7 +21,7 @@ def test_the_key_stays_in_the_tab_and_logout_forgets_it(
     key = make_key("acme")
     page = browser.new_page()
     login(page, server.url, key)
-    expect(page.locator("#whoami")).to_have_text("org acme")
+    expect(page.locator("#whoami")).to_have_text("org acme · admin")
     assert browser.cookies() == []
     assert page.evaluate("localStorage.length") == 0
     assert page.evaluate("Object.values(sessionStorage)") == [key]
@@ -55,12 +55,14 @@ def test_keys_page_creates_and_revokes_a_key(
     page.goto(f"{server.url}/console/keys")
     expect(page.locator("#keys tbody tr")).to_have_count(1)
     page.fill("#key-project", "web")
+    page.select_option("#key-role", "developer")
     page.click("#key-form button[type=submit]")
     new_key = page.locator("#new-key-value")
     expect(page.locator("#new-key")).to_be_visible()
     created = new_key.inner_text()
     row = page.locator("#keys tbody tr", has_text="web")
     expect(row).to_contain_text(created[:12])
+    expect(row.locator("td").nth(4)).to_have_text("developer")
     shots.take(page, "keys-created")
     row.locator("button", has_text="Revoke").click()
     expect(row.locator("td").nth(7)).not_to_have_text("")

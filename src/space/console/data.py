@@ -40,6 +40,7 @@ class WhoAmI(BaseModel):
     org: str
     project_id: str | None
     admin: bool
+    role: str
     vcpus: int
     memory_mib: int
 
@@ -91,6 +92,7 @@ async def whoami(principal: PrincipalDep) -> WhoAmI:
         org=principal.org_name,
         project_id=principal.project_id,
         admin=principal.is_admin,
+        role=principal.role,
         vcpus=_SIZE.vcpus,
         memory_mib=_SIZE.memory_mib,
     )

@@ -153,12 +153,18 @@ class AsyncSandbox:
         idle_timeout: int | None = None,
         network: dict[str, Any] | None = None,
         credentials: builtins.list[str] | None = None,
+        role: str | None = None,
+        task_type: str | None = None,
         api_url: str | None = None,
         api_key: str | None = None,
     ) -> AsyncSandbox:
         """`network`: its egress policy; `credentials`: only these of the credentials its
-        scopes reach (None: all), each seen in the guest as a placeholder variable."""
-        body = create_body(template, env, metadata, timeout, idle_timeout, network, credentials)
+        scopes reach (None: all), each seen in the guest as a placeholder variable;
+        `role` (the key's, or one it may grant) and `task_type`: what the credentials'
+        policies judge it by."""
+        body = create_body(
+            template, env, metadata, timeout, idle_timeout, network, credentials, role, task_type
+        )
         return await cls._open(
             api_url, api_key, "POST", "/v1/sandboxes", json=body, timeout=CREATE_TIMEOUT
         )

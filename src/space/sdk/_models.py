@@ -19,6 +19,9 @@ class SandboxInfo:
     state: str
     reason: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    #: The role its credentials' policies judge it by, and its task type.
+    role: str | None = None
+    task_type: str | None = None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> SandboxInfo:
@@ -28,6 +31,8 @@ class SandboxInfo:
             state=body["state"],
             reason=body.get("reason"),
             metadata=dict(body.get("metadata") or {}),
+            role=body.get("role"),
+            task_type=body.get("task_type"),
         )
 
 
@@ -108,6 +113,8 @@ def create_body(
     idle_timeout: int | None,
     network: dict[str, Any] | None,
     credentials: list[str] | None,
+    role: str | None = None,
+    task_type: str | None = None,
 ) -> dict[str, Any]:
     """The JSON body of a sandbox create (absent fields: the server's defaults)."""
     body: dict[str, Any] = {"template": template, "env": env or {}, "metadata": metadata or {}}
@@ -116,6 +123,8 @@ def create_body(
         "idle_timeout": idle_timeout,
         "network": network,
         "credentials": credentials,
+        "role": role,
+        "task_type": task_type,
     }
     return body | {name: given for name, given in optional.items() if given is not None}
 

@@ -150,6 +150,6 @@ export async function start() {
     }
   }
   const me = await guarded(() => api("/console/api/whoami"));
-  if (me) document.getElementById("whoami").textContent = `org ${me.org}${me.admin ? " (admin)" : ""}`;
+  if (me) document.getElementById("whoami").textContent = `org ${me.org} · ${me.role}${me.admin ? " (operator)" : ""}`;
   return me;
 }

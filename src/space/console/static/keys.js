@@ -9,7 +9,7 @@ async function refresh() {
     el("code", {}, k.prefix),
     k.org,
     k.project ?? "",
-    k.admin ? "yes" : "",
+    k.admin ? `${k.role} (operator)` : k.role,
     when(k.created_at),
     k.expires_at ? when(k.expires_at) : "never",
     when(k.revoked_at),
@@ -31,7 +31,8 @@ document.getElementById("key-form").addEventListener("submit", (event) => {
   event.preventDefault();
   guarded(async () => {
     const project = document.getElementById("key-project").value.trim();
-    const created = await api("/v1/keys", { method: "POST", json: project ? { project } : {} });
+    const role = document.getElementById("key-role").value;
+    const created = await api("/v1/keys", { method: "POST", json: project ? { project, role } : { role } });
     document.getElementById("new-key-value").textContent = created.key;
     document.getElementById("new-key").hidden = false;
     await refresh();
