@@ -7,7 +7,8 @@ and the value's bytes are in none of the guest's environment, its disk image, a
 memory snapshot of it (suspend) or a capture of its tap; each search finds the
 placeholder, so each could have found the value. Must-show 6: rotation and
 revocation reach the running sandbox before the API call returns (bounded by one
-second), without a restart."""
+second), without a restart. Issue 27's must-show 7: policies by role, task type and
+UTC window decide per sandbox."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +223,103 @@ async def test_rotation_and_revocation_reach_a_running_sandbox_at_once(stack: St
     assert decisions[:3] == [revoked, "allow", "allow"], decisions
     verified = await asyncio.to_thread(stack.verify)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+POLICIES: dict[str, dict[str, Any]] = {
+    "/ci": {"roles": ["ci"]},
+    "/deploy": {"task_types": ["deploy"]},
+    "/open": {"windows": [{"weekdays": []}]},  # filled in with today and its neighbours
+    "/shut": {"windows": [{"weekdays": []}]},  # a weekday three days off
+}
+
+
+def _policies() -> dict[str, dict[str, Any]]:
+    """`POLICIES` with windows around today (UTC) that hold however long the test runs."""
+    today = datetime.now(UTC).weekday()
+    near = sorted({(today + d) % 7 for d in (-1, 0, 1)})
+    return POLICIES | {
+        "/open": {"windows": [{"weekdays": near}]},
+        "/shut": {"windows": [{"weekdays": [(today + 3) % 7]}]},
+    }
+
+
+async def _policy_credentials(stack: Stack) -> dict[str, str]:
+    """A header credential per path of `POLICIES`; its value by path."""
+    values = {}
+    for path, policy in _policies().items():
+        values[path] = _value()
+        application = {"kind": "header", "header": "X-Api-Key", "template": "{value}"}
+        binding = {"hosts": [API], "path_prefixes": [path]}
+        body = {"name": f"POLICY{path.replace('/', '_').upper()}", "value": values[path]}
+        await stack.call(
+            "POST",
+            "/v1/credentials",
+            json=body | {"application": application, "binding": binding, "policy": policy},
+        )
+    return values
+
+
+async def _sandbox_as(stack: Stack, key: str, **create: Any) -> str:
+    network = {"mode": "allowlist", "allow": [API]}
+    headers = {"Authorization": f"Bearer {key}"}
+    made = await stack.call(
+        "POST",
+        "/v1/sandboxes",
+        headers=headers,
+        json={"template": "base", "network": network} | create,
+    )
+    stack.server.seen.add(made["id"])
+    stack.made.append(made["id"])
+    return str(made["id"])
+
+
+async def _outcomes(stack: Stack, sandbox_id: str, values: dict[str, str]) -> dict[str, str]:
+    """Per path: `injected` (the value arrived upstream), or the gateway's status."""
+    outcomes = {}
+    for path in values:
+        status = await stack.sh(sandbox_id, f"{CURL} https://{API}{path}")
+        got, headers, _ = stack.api.received[-1]
+        if status == "200" and got == path and headers.get("x-api-key") == values[path]:
+            outcomes[path] = "injected"
+        else:
+            outcomes[path] = status
+    return outcomes
+
+
+async def _denials(stack: Stack, sandbox_id: str) -> int:
+    """How many policy refusals the sandbox's audit holds once its four requests are in."""
+    denied = "deny: credential policy denies"
+    for _ in range(300):  # bounded: a minute at most, a pass is every few seconds
+        decisions = await stack.audited(sandbox_id, {denied, "allow"})
+        if len([d for d in decisions if d == denied or d == "allow"]) >= 4:
+            return decisions.count(denied)
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"not all four requests audited: {decisions}")
+
+
+async def test_role_task_type_and_window_policies_decide_on_a_real_sandbox(stack: Stack) -> None:
+    """Must-show 7: a credential limited to role `ci`, task type `deploy` or a UTC window
+    is injected only into sandboxes whose creating key's role, task type and the clock
+    match; refused (403) and audited otherwise."""
+    values = await _policy_credentials(stack)
+    made = await stack.call("POST", "/v1/keys", json={"role": "ci"})
+    ci = await _sandbox_as(stack, made["key"], task_type="deploy")
+    plain = await _sandbox_as(stack, stack.http.headers["authorization"].split()[1])
+    assert await _outcomes(stack, ci, values) == {
+        "/ci": "injected",
+        "/deploy": "injected",
+        "/open": "injected",
+        "/shut": "403",
+    }
+    assert await _outcomes(stack, plain, values) == {
+        "/ci": "403",
+        "/deploy": "403",
+        "/open": "injected",
+        "/shut": "403",
+    }
+    assert await _denials(stack, ci) == 1
+    assert await _denials(stack, plain) == 3
+    received = json.dumps([headers for _, headers, _ in stack.api.received])
+    for path in ("/ci", "/deploy"):
+        assert received.count(values[path]) == 1  # only the `ci` sandbox's request had it
+    assert values["/shut"] not in received
