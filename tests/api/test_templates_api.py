@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -261,6 +263,46 @@ async def test_bad_input_is_422_naming_the_field(
         assert TemplateRepo(session).owner("mytpl") is None
 
 
+def _doubling(lines: int) -> str:
+    chain = "".join(f"ENV A{n}=${{A{n - 1}}}${{A{n - 1}}}\n" for n in range(1, lines))
+    return "FROM base\nENV A0=xxxxxxxxxxxxxxxx\n" + chain + "RUN echo $A1\n"
+
+
+def _fan_out() -> dict[str, Any]:
+    """A 1 MiB recipe whose COPY lines each name a 1,000-file directory 64 times."""
+    line = "COPY " + " ".join(["d"] * 64) + " /x/\n"
+    recipe = "FROM base\n" + line * ((1 << 20) // len(line) - 1)
+    context = {f"d/f{i}": "eA==" for i in range(1000)}
+    return {"dockerfile": recipe, "context": context}
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"dockerfile": _doubling(16)}, r"line \d+: (expands to|ARG and ENV hold) \d+ bytes"),
+        ({"dockerfile": _doubling(40)}, r"line \d+: (expands to|ARG and ENV hold) \d+ bytes"),
+        (_fan_out(), r"(line \d+: COPY puts over 10000 files|at most 256 instructions)"),
+        ({"dockerfile": "FROM base\nCOPY nothere /x\n"}, "line 2: 'nothere' is not in"),
+    ],
+)
+async def test_a_recipe_past_a_bound_is_422_at_submission_naming_the_line(
+    client: httpx.AsyncClient, db: Database, fields: dict[str, Any], says: str
+) -> None:
+    """Issue 27 must-show 2: refused before it is queued, within a second."""
+    started = time.monotonic()
+    response = await client.post("/v1/templates", json={"name": "mytpl"} | fields)
+    assert time.monotonic() - started < 1.0, "a timeout, not a benchmark"
+    error = response.json()["error"]
+    assert (response.status_code, error["code"], error["field"]) == (
+        422,
+        "invalid_recipe",
+        "dockerfile",
+    )
+    assert re.search(says, error["message"]), error["message"]
+    with db.session() as session:
+        assert TemplateRepo(session).owner("mytpl") is None
+
+
 @pytest.mark.parametrize(("fields", "field"), [({"from": "nosuch"}, "from"), ({}, "dockerfile")])
 async def test_building_from_an_unknown_template_is_422(
     client: httpx.AsyncClient, fields: dict[str, Any], field: str
@@ -393,7 +435,7 @@ async def test_a_context_past_the_json_body_limit_is_accepted(
     app: FastAPI, client: httpx.AsyncClient, fake_node: FakeNode
 ) -> None:
     """`SPACE_MAX_JSON_BODY_BYTES` (8 MiB) bounds other bodies, not a build's context."""
-    context = {"big": base64.b64encode(b"x" * (10 << 20)).decode()}
+    context = CONTEXT | {"big": base64.b64encode(b"x" * (10 << 20)).decode()}
     build_id = await build(client, context=context)
     await runner(app).builds.once()
     assert len(fake_node.builds[build_id].context["big"]) == 10 << 20

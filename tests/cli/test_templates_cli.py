@@ -69,7 +69,8 @@ def test_a_failed_build_exits_1_with_its_error(
     project: Path, fake_node: FakeNode, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake_node.fail_build = "line 3: RUN exited 1"
-    assert main(["templates", "build", "-f", str(project / "Dockerfile"), "myapp"]) == 1
+    argv = ["templates", "build", "-f", str(project / "Dockerfile"), "myapp"]
+    assert main([*argv, "--context", str(project / "ctx")]) == 1
     assert "line 3: RUN exited 1" in capsys.readouterr().err
 
 
@@ -77,8 +78,12 @@ def test_a_failed_build_exits_1_with_its_error(
 def test_a_refused_build_exits_1_with_the_servers_message(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["templates", "build", "-f", str(project / "Dockerfile"), "base"]) == 1
+    argv = ["templates", "build", "-f", str(project / "Dockerfile"), "base"]
+    assert main([*argv, "--context", str(project / "ctx")]) == 1
     assert "template_name_taken" in capsys.readouterr().err
+    argv = ["templates", "build", "-f", str(project / "Dockerfile"), "myapp"]
+    assert main(argv) == 1  # COPY . of an empty context: refused before it is queued
+    assert "422 invalid_recipe: dockerfile: line 2: '.' is not in" in capsys.readouterr().err
 
 
 def test_a_symlink_inside_the_context_is_read(project: Path) -> None:

@@ -11,6 +11,7 @@ from space.config import Settings
 from space.control.errors import NodeUnavailable
 from space.control.expiry import Activity
 from space.control.waiter import Lifecycle
+from space.recipes.worker import RecipeChecker
 from space.seam.protocol import NodeClient
 from space.store.db import Database
 
@@ -24,6 +25,8 @@ class AppState:
     sandboxes: SandboxService
     registry: ProcessRegistry | None
     activity: Activity = field(default_factory=Activity)
+    #: Checks recipes at submission, in limited child processes (`space.recipes.worker`).
+    recipes: RecipeChecker = field(default_factory=RecipeChecker)
 
     @property
     def node(self) -> NodeClient:

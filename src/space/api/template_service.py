@@ -49,6 +49,7 @@ from space.api.template_schemas import (
     TemplateOut,
     VersionOut,
 )
+from space.recipes.parse import RecipeError
 from space.seam import wire
 from space.seam.values import BuildSpec
 from space.store import quotas
@@ -78,25 +79,6 @@ def decoded_context(context: dict[str, str]) -> dict[str, bytes]:
     return files
 
 
-def recipe_base(recipe: str) -> str:
-    """The template the recipe's first instruction, FROM, names, read as the node reads
-    it (blank and comment lines skipped, `\\` continuations joined); 422 naming
-    `dockerfile` if it is not FROM. The node parses the rest."""
-    first: list[str] = []
-    for raw in recipe.splitlines():
-        stripped = raw.strip()
-        if not first and (not stripped or stripped.startswith("#")):
-            continue
-        if not stripped.endswith("\\"):
-            first.append(stripped)
-            break
-        first.append(stripped[:-1])
-    keyword, _, rest = " ".join(first).strip().partition(" ")
-    if keyword.upper() != "FROM" or len(rest.split()) != 1:
-        _invalid("dockerfile", "a recipe starts with FROM <template>")
-    return rest.strip()
-
-
 def _invalid(field: str, why: str) -> NoReturn:
     raise ApiError(422, "validation_error", f"{field}: {why}", field)
 
@@ -107,7 +89,6 @@ async def submit(state: AppState, principal: Principal, body: CreateTemplate) ->
     if (body.dockerfile is None) == (body.from_ is None):
         _invalid("dockerfile", "give exactly one of `dockerfile` and `from`")
     recipe = body.dockerfile if body.dockerfile is not None else f"FROM {body.from_}\n"
-    base = recipe_base(recipe)
     spec = BuildSpec(
         name=body.name,
         recipe=recipe,
@@ -122,6 +103,11 @@ async def submit(state: AppState, principal: Principal, body: CreateTemplate) ->
         else state.sandboxes.resolve_network(principal, body.network),
     )
     base_field = "dockerfile" if body.from_ is None else "from"
+    sizes = {path: len(data) for path, data in spec.context.items()}
+    try:
+        base = await state.recipes.check(recipe, spec.args, sizes)
+    except RecipeError as exc:
+        raise ApiError(422, "invalid_recipe", f"{base_field}: {exc}", base_field) from exc
     await _check_names(state, principal, body.name, base, base_field)
     with state.db.session() as session:
         owned = TemplateRepo(session).names_of(principal.org_id)

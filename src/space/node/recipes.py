@@ -16,11 +16,9 @@ every line of the build's progress and output.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import hashlib
 import logging
 import os
-import posixpath
 import secrets
 import shutil
 import time
@@ -35,7 +33,6 @@ from space.node.host import NodeHost
 from space.node.records import SandboxRecord
 from space.node.sandbox import Sandbox
 from space.node.templates import ALIASES, TEMPLATES
-from space.node.templates.recipe import Copy, Recipe, RecipeError, Run, parse
 from space.node.templates.registry import (
     IMAGE_FILE,
     ROOTFS_FILE,
@@ -46,16 +43,15 @@ from space.node.templates.registry import (
     write_private,
 )
 from space.node.versions import TemplateVersions
+from space.recipes.parse import Copy, Recipe, RecipeError, Run
+from space.recipes.plan import plan, sources
+from space.recipes.worker import RecipeChecker
 from space.seam.values import ExecRequest
 
 log = logging.getLogger(__name__)
 
 Log = Callable[[str], None]
 STEP_SECONDS = 1800.0  # one RUN
-MAX_CONTEXT_BYTES = 256 << 20
-MAX_CONTEXT_FILES = 10_000
-#: The most files all the COPY steps of one build put, together.
-MAX_COPY_FILES = 10_000
 MAX_DISK_MB = 64 << 10
 CHUNK = 1 << 20
 PARTIAL = ".partial"
@@ -85,6 +81,7 @@ class RecipeBuilds:
         self._host = host
         self._templates = templates
         self._versions = versions
+        self._checker = RecipeChecker()
 
     async def delete(self, name: str) -> None:
         """Forget template `name` and collect its versions (ValueError for a built-in
@@ -106,7 +103,9 @@ class RecipeBuilds:
         """Build `request` into the newest version of its template (RecipeError for a
         recipe or context that cannot be built, BuildFailed for a step that fails)."""
         check_name(request.name)
-        recipe = await asyncio.to_thread(_plan, request)  # bounded, and off the event loop
+        await self._checker.check(request.recipe, request.args or {}, _sizes(request))
+        # within every bound now (checked in a limited child): linear, and in a thread
+        recipe = await asyncio.to_thread(plan, request.recipe, request.args, _sizes(request))
         image = await self._templates.image(recipe.base)
         work = self._host.scratch / f"build-{secrets.token_hex(6)}"
         work.mkdir(mode=0o700, parents=True)
@@ -225,7 +224,7 @@ class RecipeBuilds:
 
 async def _step(agent: AgentClient, request: BuildRequest, step: Run | Copy, log_line: Log) -> None:
     if isinstance(step, Copy):
-        for source, dest in _sources(request.context, step):
+        for source, dest in sources(request.context, step):
             log_line(f"COPY {source} {dest}")
             await agent.write_file(dest, _chunks(request.context[source]))
         return
@@ -243,61 +242,8 @@ async def _step(agent: AgentClient, request: BuildRequest, step: Run | Copy, log
         raise BuildFailed(f"line {step.line}: RUN exited {result.exit_code}:\n{tail}")
 
 
-def _plan(request: BuildRequest) -> Recipe:
-    """The recipe, checked with its context before any VM: every bound of
-    `space.node.templates.recipe`, and every COPY finding its files, at most
-    `MAX_COPY_FILES` of them in all (RecipeError naming the line otherwise)."""
-    _check_context(request.context)
-    recipe = parse(request.recipe, request.args)
-    paths, placed = sorted(request.context), 0
-    for step in recipe.steps:
-        if isinstance(step, Copy):
-            placed += len(_sources(request.context, step, paths))
-            if placed > MAX_COPY_FILES:
-                raise RecipeError(f"line {step.line}: COPY puts over {MAX_COPY_FILES} files")
-    return recipe
-
-
-def _sources(
-    context: Mapping[str, bytes], step: Copy, paths: list[str] | None = None
-) -> list[tuple[str, str]]:
-    """(context path, image path) of every file a COPY puts: a file, or every file
-    under a directory (RecipeError if a source matches nothing, or past
-    `MAX_COPY_FILES`); `paths`: the context's paths, sorted."""
-    paths = sorted(context) if paths is None else paths
-    placed: list[tuple[str, str]] = []
-    for source in step.sources:
-        under = "" if source == "." else source.rstrip("/") + "/"
-        files = [source] if source in context else _under(paths, under)
-        if not files:
-            raise RecipeError(f"line {step.line}: {source!r} is not in the build context")
-        if len(placed) + len(files) > MAX_COPY_FILES:
-            raise RecipeError(f"line {step.line}: COPY puts over {MAX_COPY_FILES} files")
-        for path in files:
-            relative = posixpath.basename(path) if path == source else path[len(under) :]
-            dest = step.dest + relative if step.dest.endswith("/") or path != source else step.dest
-            placed.append((path, dest))
-    return placed
-
-
-def _under(paths: list[str], prefix: str) -> list[str]:
-    """The sorted `paths` that start with `prefix` (a bisected range, not a scan)."""
-    start = bisect.bisect_left(paths, prefix)
-    end = start
-    while end < len(paths) and paths[end].startswith(prefix):
-        end += 1
-    return paths[start:end]
-
-
-def _check_context(context: Mapping[str, bytes]) -> None:
-    if len(context) > MAX_CONTEXT_FILES:
-        raise RecipeError(f"a build context has at most {MAX_CONTEXT_FILES} files")
-    if sum(len(data) for data in context.values()) > MAX_CONTEXT_BYTES:
-        raise RecipeError(f"a build context is at most {MAX_CONTEXT_BYTES >> 20} MiB")
-    for path in context:
-        normal = posixpath.normpath(path)
-        if path != normal or normal.startswith(("/", "../")) or normal in ("..", "."):
-            raise RecipeError(f"context path {path!r} must be relative and normalised")
+def _sizes(request: BuildRequest) -> dict[str, int]:
+    return {path: len(data) for path, data in request.context.items()}
 
 
 def _grow(disk: Path, disk_mb: int | None) -> None:

@@ -41,7 +41,7 @@ class SandboxSpec:
 
 @dataclass(frozen=True)
 class BuildSpec:
-    """A template to build from a recipe (`space.node.templates.recipe`): its build
+    """A template to build from a recipe (`space.recipes`): its build
     context (path -> content), ARG values, the commands its base snapshot is taken
     with, the build VM's disk and memory, and its egress policy (None: no network)."""
 

@@ -1,4 +1,5 @@
-"""The recipe parser: the Dockerfile subset a template is built from."""
+"""The recipe parser and planner: the Dockerfile subset a template is built from,
+and the bounds it is checked against before any work."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import time
 
 import pytest
 
-from space.node.recipes import MAX_CONTEXT_FILES, MAX_COPY_FILES, BuildRequest, _plan
-from space.node.templates.recipe import MAX_COPY_SOURCES, MAX_STEPS, Copy, RecipeError, Run, parse
+from space.recipes.parse import MAX_COPY_SOURCES, MAX_STEPS, Copy, RecipeError, Run, parse
+from space.recipes.plan import MAX_CONTEXT_FILES, MAX_COPY_FILES, plan
 
 pytestmark = pytest.mark.templates
 
@@ -92,16 +93,15 @@ def test_a_doubling_recipe_is_refused_at_once_naming_the_line(lines: int) -> Non
 
 
 def test_a_copy_fan_out_is_refused_before_any_vm() -> None:
-    context = {f"d/f{i}": b"x" for i in range(1000)}
+    context = {f"d/f{i}": 1 for i in range(1000)}
     names = " ".join(["d"] * MAX_COPY_SOURCES)
     fan_out = "FROM base\n" + f"COPY {names} /x/\n" * 4
-    request = BuildRequest(name="fan", recipe=fan_out, context=context)
     started = time.monotonic()
     with pytest.raises(RecipeError, match=f"line 2: COPY puts over {MAX_COPY_FILES} files"):
-        _plan(request)
+        plan(fan_out, None, context)
     assert time.monotonic() - started < 1.0
     with pytest.raises(RecipeError, match=f"at most {MAX_COPY_SOURCES} sources"):
         parse("FROM base\nCOPY " + "a " * (MAX_COPY_SOURCES + 1) + "/x/")
-    many = {f"f{i}": b"" for i in range(MAX_CONTEXT_FILES + 1)}
+    many = {f"f{i}": 0 for i in range(MAX_CONTEXT_FILES + 1)}
     with pytest.raises(RecipeError, match="at most 10000 files"):
-        _plan(BuildRequest(name="many", recipe="FROM base\n", context=many))
+        plan("FROM base\n", None, many)
