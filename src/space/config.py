@@ -9,6 +9,7 @@ build one `Settings` and pass it down (`create_app(settings, node)`,
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
 from pathlib import Path
@@ -200,13 +201,22 @@ class EgressConfig(BaseSettings):
         return OrgPolicies(self.org_defaults, self.org_ceilings)
 
 
+def default_build_slots() -> int:
+    """Half the host's CPUs, at least 2. A build VM is busy on its CPU (package
+    installs, compiles; every guest instruction under TCG), so half the cores leaves the
+    rest to sandboxes; 2 at least, so one org's long build never holds a small host's
+    only slot (with the per-org cap at half the slots, another org always has one)."""
+    return max(2, (os.cpu_count() or 1) // 2)
+
+
 class NodeConfig(BaseSettings):
     """`SPACE_NODE_*`, plus `SPACE_POOL_SIZE`: how the node worker uses this host.
 
     `shared_snapshots`: a directory every node mounts (NFS); each suspend is published
     there, so a lost or drained node's suspended sandboxes restore on another node.
     `insecure_registries`: `HOST[:PORT]`s a `docker://` template import pulls from
-    without verifying TLS (comma-separated)."""
+    without verifying TLS (comma-separated). `build_slots`: how many template builds
+    the node runs at once (`default_build_slots`)."""
 
     model_config = SettingsConfigDict(
         env_prefix="SPACE_NODE_", extra="ignore", populate_by_name=True
@@ -220,6 +230,7 @@ class NodeConfig(BaseSettings):
     warm_reserve_mib: int = Field(default=2048, ge=0, le=1 << 20)
     base_snapshots: bool = True
     shared_snapshots: Path | None = None
+    build_slots: int = Field(default_factory=default_build_slots, ge=1, le=64)
     insecure_registries: Annotated[tuple[str, ...], NoDecode] = ()
     pool_size: str = Field(
         default="64G", pattern=r"^[0-9]+[KMGT]$", validation_alias="SPACE_POOL_SIZE"
