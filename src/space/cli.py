@@ -450,6 +450,7 @@ async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: 
     from space.api.audit_copy import AuditCopy
     from space.api.credential_push import CredentialPush
     from space.api.credential_service import CredentialService
+    from space.control.builds import BuildLimits
     from space.control.controller import Controller
     from space.control.registry import detect_lost_nodes
 
@@ -460,6 +461,7 @@ async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: 
         node=node,
         timeouts=settings.timeouts,
         config=settings.controller,
+        builds=BuildLimits.of(settings),
         fence=fence.check,
         others_act=True,
         drains=settings.cluster.drives_nodes,

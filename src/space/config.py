@@ -47,7 +47,8 @@ class TimeoutConfig(BaseSettings):
     (JSON, e.g. `{"base": 600}`) overrides it per template. `agent` bounds how long a
     booted or restored VM's guest agent may take to answer its first handshake.
     `build_events` bounds one template build's event stream (a client reconnects
-    with `Last-Event-ID`).
+    with `Last-Event-ID`); `build` is how long one template build may build (from
+    when its node starts it) before it is failed, its VM gone and nothing registered.
     """
 
     model_config = SettingsConfigDict(env_prefix="SPACE_TIMEOUT_", extra="ignore")
@@ -58,6 +59,7 @@ class TimeoutConfig(BaseSettings):
     agent: float = Field(default=120.0, gt=0)
     idle: int = Field(default=6 * 3600, gt=0)
     build_events: float = Field(default=3600.0, gt=0)
+    build: float = Field(default=1800.0, gt=0)
     idle_by_template: dict[str, PositiveInt] = Field(default_factory=dict)
 
     def idle_for(self, template: str) -> int:
@@ -446,6 +448,7 @@ class OrgQuota(BaseModel):
     templates: PositiveInt | None = None
     template_versions: PositiveInt | None = None
     template_mb: PositiveInt | None = None
+    template_builds_running: PositiveInt | None = None
 
 
 class OrgLimits(BaseModel):
@@ -457,13 +460,17 @@ class OrgLimits(BaseModel):
     templates: int
     template_versions: int
     template_mb: int
+    #: None: half the build slots of all nodes, at least 1 (`space.control.builds`).
+    template_builds_running: int | None
 
 
 class QuotaConfig(BaseSettings):
     """Per-org admission limits (`SPACE_QUOTA_SANDBOXES`, `SPACE_QUOTA_COMMANDS`,
     `SPACE_QUOTA_COMMANDS_PER_SANDBOX`, `SPACE_QUOTA_VOLUMES`, `SPACE_QUOTA_VOLUME_MB`:
     the MiB of all the org's volumes; `SPACE_QUOTA_TEMPLATE_BUILDS`: queued and
-    building template builds; `SPACE_QUOTA_TEMPLATES`, `SPACE_QUOTA_TEMPLATE_VERSIONS`
+    building template builds; `SPACE_QUOTA_TEMPLATE_BUILDS_RUNNING`: of those, how
+    many build at once (unset: half the build slots of all nodes, at least 1);
+    `SPACE_QUOTA_TEMPLATES`, `SPACE_QUOTA_TEMPLATE_VERSIONS`
     and `SPACE_QUOTA_TEMPLATE_MB`: the templates an org owns, the versions the nodes
     keep of them and the MiB those hold); `SPACE_QUOTA_ORGS` (JSON keyed by org name,
     e.g. `{"acme": {"sandboxes": 500}}`) overrides them per org. Over a limit the
@@ -480,6 +487,7 @@ class QuotaConfig(BaseSettings):
     templates: PositiveInt = 20
     template_versions: PositiveInt = 40
     template_mb: PositiveInt = 20 * 1024
+    template_builds_running: PositiveInt | None = None
     orgs: dict[str, OrgQuota] = Field(default_factory=dict)
 
     def for_org(self, org_name: str) -> OrgLimits:
@@ -494,6 +502,8 @@ class QuotaConfig(BaseSettings):
             templates=override.templates or self.templates,
             template_versions=override.template_versions or self.template_versions,
             template_mb=override.template_mb or self.template_mb,
+            template_builds_running=override.template_builds_running
+            or self.template_builds_running,
         )
 
 

@@ -209,7 +209,7 @@ class Cluster:
             if placed is not None and placed in self._members:
                 return placed
             chosen = self._least_loaded(session)
-            builds.start(build_id, chosen)
+            builds.place(build_id, chosen)
             return chosen
 
     def _least_loaded(self, session: Session) -> str:
