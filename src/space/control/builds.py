@@ -144,9 +144,13 @@ class Builds:
     async def _unless_cancelled(self, build_id: str) -> None:
         """Cancel on its node a build cancelled while its start was on the way there."""
         row = await asyncio.to_thread(self._row, build_id)
-        if row.state == BuildState.CANCELLED:
+        if row.state != BuildState.CANCELLED:
+            return
+        try:
             async with asyncio.timeout(self._timeout):
                 await self._node.cancel_build(build_id, row.log_next)
+        except Exception as exc:  # its deadline still ends it on the node
+            log.warning("build %s, cancelled as it started, not cancelled there: %s", build_id, exc)
 
     def _plan(self) -> _Plan:
         with self._db.session() as session:
