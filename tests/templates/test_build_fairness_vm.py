@@ -3,7 +3,8 @@ four builds that sleep 600 s; org B's one-line build starts within 10 s and is r
 within its own build time (alone, measured first) + 30 s; then A's builds are
 cancelled (one building, three queued) and leave nothing behind: no build VM, no
 build network, no scratch files, no registered version. `space up` with two build
-slots and the default per-org cap (half the slots: one)."""
+slots and the default per-org cap (half the slots: one). And a build past
+`SPACE_TIMEOUT_BUILD` fails saying so, leaving nothing behind either."""
 
 from __future__ import annotations
 
@@ -106,3 +107,25 @@ def test_an_org_queueing_many_builds_does_not_hold_up_another(
             assert a.get(f"/v1/templates/a{n}").json()["versions"] == []
             assert not (cache / "imported" / f"a{n}.json").exists()
         assert b.get("/v1/templates/b-quick").json()["versions"]
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+def test_a_build_past_its_deadline_fails_and_leaves_nothing(
+    space_server: ServerFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    cache = private_cache(tmp_path / "cache")
+    server = space_server(
+        SPACE_CACHE_DIR=str(cache), SPACE_NODE_WARM_POOL="{}", SPACE_TIMEOUT_BUILD="15"
+    )
+    server.start()
+    with client_of(server, "org-a") as a:
+        build_id = queued(a, "slow", SLEEPY)
+        wait_until(lambda: build_of(a, build_id)["state"] != "queued", BUILD_SECONDS)
+        wait_until(lambda: build_of(a, build_id)["state"] != "building", BUILD_SECONDS)
+        ended = build_of(a, build_id)
+        assert ended["state"] == "failed", ended
+        assert "past its deadline of 15 s" in str(ended["error"]), ended
+        assert build_leftovers(server) == []
+        assert a.get("/v1/templates/slow").json()["versions"] == []
+        assert not (cache / "imported" / "slow.json").exists()
