@@ -130,7 +130,7 @@ async def _hosted_node(settings: Settings) -> AsyncIterator[tuple[LocalNode, Dat
     node = _local_node(settings)
     await node.open()
     registered = asyncio.ensure_future(
-        keep_registered(db, node, settings.cluster, settings.data_dir)
+        keep_registered(db, node, settings.cluster, settings.data_dir, settings.node.build_slots)
     )
     with _signals_after_cleanup():
         try:
@@ -228,6 +228,7 @@ def _local_node(settings: Settings) -> LocalNode:
         recovery=settings.recovery,
         shared_snapshots=settings.node.shared_snapshots,
         node_name=settings.cluster.own_node_name,
+        build_slots=settings.node.build_slots,
     )
 
 
@@ -252,6 +253,7 @@ def local_node(
     recovery: RecoveryConfig | None = None,
     shared_snapshots: Path | None = None,
     node_name: str = "",
+    build_slots: int = 2,
 ) -> LocalNode:
     """This host's node worker wired from its services: the one place a `LocalNode` is
     built (the servers' composition root; tests and benchmarks build theirs here too).
@@ -302,6 +304,7 @@ def local_node(
         agent_ops=AgentOps(host, metrics),
         warm_pools=warm,
         metrics=metrics,
+        build_slots=build_slots,
     )
 
 
@@ -422,7 +425,11 @@ async def _run_controller(settings: Settings) -> None:
     tasks: set[asyncio.Future[Any]] = {leading, stopping}
     if not (settings.node_link.url or settings.cluster.drives_nodes):
         tasks.add(
-            asyncio.ensure_future(keep_registered(db, node, settings.cluster, settings.data_dir))
+            asyncio.ensure_future(
+                keep_registered(
+                    db, node, settings.cluster, settings.data_dir, settings.node.build_slots
+                )
+            )
         )
     try:
         await asyncio.wait({leading, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -443,6 +450,7 @@ async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: 
     from space.api.audit_copy import AuditCopy
     from space.api.credential_push import CredentialPush
     from space.api.credential_service import CredentialService
+    from space.control.builds import BuildLimits
     from space.control.controller import Controller
     from space.control.registry import detect_lost_nodes
 
@@ -453,6 +461,7 @@ async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: 
         node=node,
         timeouts=settings.timeouts,
         config=settings.controller,
+        builds=BuildLimits.of(settings),
         fence=fence.check,
         others_act=True,
         drains=settings.cluster.drives_nodes,

@@ -4,8 +4,9 @@
 
 `build` sends the recipe and every file under `--context` (inline, base64), then
 follows the build's event stream, printing its log to stdout and, on a terminal, a
-redrawn progress line (elapsed time, state) on stderr; a broken stream is re-attached
-with `Last-Event-ID`. It exits 0 when the template is ready, 1 when the build failed.
+redrawn progress line (elapsed time, state; its place in the queue while it waits) on
+stderr; a broken stream is re-attached with `Last-Event-ID`. It exits 0 when the
+template is ready, 1 when the build failed or was cancelled.
 """
 
 from __future__ import annotations
@@ -199,11 +200,20 @@ def follow(api: _Api, build_id: str, progress: Progress) -> dict[str, Any]:
             for event_id, event, data in api.events(build_id, after):
                 if event == "done":
                     return data
+                if event == "queue":
+                    _show_queue(progress, data)
+                    continue
                 after, failures = event_id, 0
                 _print_log(progress, data["text"])
         except TransportError:
             failures += 1
     raise TransportError(f"lost the event stream of build {build_id}")
+
+
+def _show_queue(progress: Progress, data: dict[str, Any]) -> None:
+    position = data.get("position")
+    progress.state = f"queued (#{position})" if position else str(data.get("state"))
+    progress.draw()
 
 
 def _print_log(progress: Progress, text: str) -> None:
@@ -224,7 +234,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         done = follow(api, created["build_id"], progress)
     progress.clear()
     if done["state"] != "ready":
-        err(f"error: the build of {args.name} failed: {done.get('error')}")
+        ended = "was cancelled" if done["state"] == "cancelled" else "failed"
+        err(f"error: the build of {args.name} {ended}: {done.get('error')}")
         return 1
     err(f"template {args.name} is ready")
     return 0

@@ -9,6 +9,7 @@ build one `Settings` and pass it down (`create_app(settings, node)`,
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
 from pathlib import Path
@@ -46,7 +47,8 @@ class TimeoutConfig(BaseSettings):
     (JSON, e.g. `{"base": 600}`) overrides it per template. `agent` bounds how long a
     booted or restored VM's guest agent may take to answer its first handshake.
     `build_events` bounds one template build's event stream (a client reconnects
-    with `Last-Event-ID`).
+    with `Last-Event-ID`); `build` is how long one template build may build (from
+    when its node starts it) before it is failed, its VM gone and nothing registered.
     """
 
     model_config = SettingsConfigDict(env_prefix="SPACE_TIMEOUT_", extra="ignore")
@@ -57,6 +59,7 @@ class TimeoutConfig(BaseSettings):
     agent: float = Field(default=120.0, gt=0)
     idle: int = Field(default=6 * 3600, gt=0)
     build_events: float = Field(default=3600.0, gt=0)
+    build: float = Field(default=1800.0, gt=0)
     idle_by_template: dict[str, PositiveInt] = Field(default_factory=dict)
 
     def idle_for(self, template: str) -> int:
@@ -200,13 +203,22 @@ class EgressConfig(BaseSettings):
         return OrgPolicies(self.org_defaults, self.org_ceilings)
 
 
+def default_build_slots() -> int:
+    """Half the host's CPUs, at least 2. A build VM is busy on its CPU (package
+    installs, compiles; every guest instruction under TCG), so half the cores leaves the
+    rest to sandboxes; 2 at least, so one org's long build never holds a small host's
+    only slot (with the per-org cap at half the slots, another org always has one)."""
+    return max(2, (os.cpu_count() or 1) // 2)
+
+
 class NodeConfig(BaseSettings):
     """`SPACE_NODE_*`, plus `SPACE_POOL_SIZE`: how the node worker uses this host.
 
     `shared_snapshots`: a directory every node mounts (NFS); each suspend is published
     there, so a lost or drained node's suspended sandboxes restore on another node.
     `insecure_registries`: `HOST[:PORT]`s a `docker://` template import pulls from
-    without verifying TLS (comma-separated)."""
+    without verifying TLS (comma-separated). `build_slots`: how many template builds
+    the node runs at once (`default_build_slots`)."""
 
     model_config = SettingsConfigDict(
         env_prefix="SPACE_NODE_", extra="ignore", populate_by_name=True
@@ -220,6 +232,7 @@ class NodeConfig(BaseSettings):
     warm_reserve_mib: int = Field(default=2048, ge=0, le=1 << 20)
     base_snapshots: bool = True
     shared_snapshots: Path | None = None
+    build_slots: int = Field(default_factory=default_build_slots, ge=1, le=64)
     insecure_registries: Annotated[tuple[str, ...], NoDecode] = ()
     pool_size: str = Field(
         default="64G", pattern=r"^[0-9]+[KMGT]$", validation_alias="SPACE_POOL_SIZE"
@@ -435,6 +448,7 @@ class OrgQuota(BaseModel):
     templates: PositiveInt | None = None
     template_versions: PositiveInt | None = None
     template_mb: PositiveInt | None = None
+    template_builds_running: PositiveInt | None = None
 
 
 class OrgLimits(BaseModel):
@@ -446,13 +460,17 @@ class OrgLimits(BaseModel):
     templates: int
     template_versions: int
     template_mb: int
+    #: None: half the build slots of all nodes, at least 1 (`space.control.builds`).
+    template_builds_running: int | None
 
 
 class QuotaConfig(BaseSettings):
     """Per-org admission limits (`SPACE_QUOTA_SANDBOXES`, `SPACE_QUOTA_COMMANDS`,
     `SPACE_QUOTA_COMMANDS_PER_SANDBOX`, `SPACE_QUOTA_VOLUMES`, `SPACE_QUOTA_VOLUME_MB`:
     the MiB of all the org's volumes; `SPACE_QUOTA_TEMPLATE_BUILDS`: queued and
-    building template builds; `SPACE_QUOTA_TEMPLATES`, `SPACE_QUOTA_TEMPLATE_VERSIONS`
+    building template builds; `SPACE_QUOTA_TEMPLATE_BUILDS_RUNNING`: of those, how
+    many build at once (unset: half the build slots of all nodes, at least 1);
+    `SPACE_QUOTA_TEMPLATES`, `SPACE_QUOTA_TEMPLATE_VERSIONS`
     and `SPACE_QUOTA_TEMPLATE_MB`: the templates an org owns, the versions the nodes
     keep of them and the MiB those hold); `SPACE_QUOTA_ORGS` (JSON keyed by org name,
     e.g. `{"acme": {"sandboxes": 500}}`) overrides them per org. Over a limit the
@@ -469,6 +487,7 @@ class QuotaConfig(BaseSettings):
     templates: PositiveInt = 20
     template_versions: PositiveInt = 40
     template_mb: PositiveInt = 20 * 1024
+    template_builds_running: PositiveInt | None = None
     orgs: dict[str, OrgQuota] = Field(default_factory=dict)
 
     def for_org(self, org_name: str) -> OrgLimits:
@@ -483,6 +502,8 @@ class QuotaConfig(BaseSettings):
             templates=override.templates or self.templates,
             template_versions=override.template_versions or self.template_versions,
             template_mb=override.template_mb or self.template_mb,
+            template_builds_running=override.template_builds_running
+            or self.template_builds_running,
         )
 
 

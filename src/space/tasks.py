@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -54,3 +54,14 @@ _PROCESS = TaskSet()
 def spawn(coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
     """Start a task that lives as long as it runs (no owner to cancel it)."""
     return _PROCESS.spawn(coro, name)
+
+
+async def uncancelled(step: Awaitable[T]) -> T:
+    """Await `step` to its end even if the caller is cancelled meanwhile, then raise the
+    cancel: for cleanup that must not stop half way (a cut-short build's VM stop)."""
+    task = asyncio.ensure_future(step)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait({task})
+        raise

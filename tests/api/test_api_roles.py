@@ -67,6 +67,7 @@ def test_a_sandbox_key_has_no_keys_credentials_templates_or_volumes(
             ("GET", "/v1/credentials/audit", None),
             ("PUT", f"/v1/credentials/{credential}/bindings", {"scope": "org", "binding": {}}),
             ("POST", "/v1/templates", {"name": "mine", "from": "base"}),
+            ("DELETE", "/v1/templates/builds/bld_nope", None),
             ("GET", "/v1/volumes", None),
             ("POST", "/v1/volumes", {"name": "v", "size_mb": 16}),
         ]:

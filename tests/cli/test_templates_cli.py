@@ -154,6 +154,8 @@ class _Flaky:
     def events(self, build_id: str, after: int) -> Iterator[tuple[int, str, dict[str, Any]]]:
         self.attached.append(after)
         if len(self.attached) == 1:
+            yield 0, "queue", {"position": 2, "state": "queued"}
+            yield 0, "queue", {"position": None, "state": "building"}
             yield 3, "log", {"text": "ab\n"}
             raise TransportError("connection reset")
         yield 5, "log", {"text": "c\n"}
@@ -162,8 +164,10 @@ class _Flaky:
 
 def test_follow_reattaches_from_the_last_offset(capsys: pytest.CaptureFixture[str]) -> None:
     api = _Flaky()
-    done = cli_templates.follow(api, "bld_x", cli_templates.Progress("t"))  # type: ignore[arg-type]
+    progress = cli_templates.Progress("t")
+    done = cli_templates.follow(api, "bld_x", progress)  # type: ignore[arg-type]
     assert done == {"state": "ready", "error": None}
+    assert progress.state == "building"  # queue events only redraw the line
     assert api.attached == [0, 3]
     assert capsys.readouterr().out == "ab\nc\n"
 

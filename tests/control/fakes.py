@@ -156,6 +156,8 @@ class FakeNode:
     builds: dict[str, BuildSpec] = field(default_factory=dict)
     build_lines: tuple[str, ...] = ("FROM base", "RUN true")
     fail_build: str | None = None  # the error every build ends with
+    hold_builds: bool = False  # builds stay building until cancelled (or this is unset)
+    cancelled_builds: set[str] = field(default_factory=set)
     built: set[str] = field(default_factory=set)  # templates its builds made
     version_bytes: int = 300 << 20  # what each template's one kept version holds
 
@@ -166,15 +168,26 @@ class FakeNode:
         self.builds.setdefault(build_id, spec)
 
     async def build_status(self, build_id: str, after: int) -> BuildStatus:
-        """Done at the first ask: all its lines, then ready (or `fail_build`)."""
+        """Done at the first ask: all its lines, then ready (or `fail_build`); while
+        `hold_builds`, building (`cancelled` once cancelled)."""
         spec = self.builds.get(build_id)
         if spec is None:
             return BuildStatus("unknown")
+        if build_id in self.cancelled_builds:
+            return BuildStatus("cancelled", (), after, error="cancelled on the node")
+        if self.hold_builds:
+            return BuildStatus("building", (), after)
         lines = self.build_lines[after:]
         if self.fail_build is not None:
             return BuildStatus("failed", lines, len(self.build_lines), error=self.fail_build)
         self.built.add(spec.name)
         return BuildStatus("ready", lines, len(self.build_lines), digest="d" * 32)
+
+    async def cancel_build(self, build_id: str, after: int) -> BuildStatus:
+        """A held build is cancelled; any other ends as `build_status` says."""
+        if build_id in self.builds and self.hold_builds:
+            self.cancelled_builds.add(build_id)
+        return await self.build_status(build_id, after)
 
     async def snapshot_template(self, sandbox_id: str, name: str) -> str:
         self._require(sandbox_id)

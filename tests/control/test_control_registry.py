@@ -68,12 +68,14 @@ def test_identity_defaults_to_the_host_name() -> None:
 
 async def test_keep_registered_beats_until_cancelled(registry_db: Database, tmp_path: Path) -> None:
     config = ClusterConfig(node_name="host-b", heartbeat_seconds=0.05, lost_after_seconds=1)
-    task = asyncio.ensure_future(keep_registered(registry_db, FakeNode(), config, tmp_path))
+    task = asyncio.ensure_future(keep_registered(registry_db, FakeNode(), config, tmp_path, 3))
     async with asyncio.timeout(10):
         while nodes(registry_db) != {"host-b": NodeState.READY}:
             await asyncio.sleep(0.02)
     task.cancel()
     await asyncio.wait({task})
+    with registry_db.session() as session:
+        assert NodeRepo(session).get("host-b").capacity.build_slots == 3  # what it runs at once
     registry_db.dispose()
 
 

@@ -14,6 +14,8 @@ from space.seam.errors import SandboxNotFound, SandboxUnavailable
 from space.seam.protocol import NodeClient
 from space.seam.values import (
     AuditBatch,
+    BuildSpec,
+    BuildStatus,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
@@ -265,3 +267,14 @@ async def test_open_port_closes_reach_the_other_side(node: NodeClient, fake: Pow
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_build_calls_cross(node: NodeClient, fake: PowerNode) -> None:
+    fake.hold_builds = True
+    spec = BuildSpec("mine", "FROM base\n", {"a": b"\x00"}, deadline=90.0)
+    await node.start_build("bld-one", spec)
+    assert fake.builds["bld-one"] == spec
+    assert await node.build_status("bld-one", 0) == BuildStatus("building", (), 0)
+    cancelled = await node.cancel_build("bld-one", 0)
+    assert cancelled == BuildStatus("cancelled", (), 0, error="cancelled on the node")
+    assert await node.cancel_build("nosuch", 0) == BuildStatus("unknown")

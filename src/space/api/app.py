@@ -36,6 +36,7 @@ from space.api.sandbox_service import SandboxService
 from space.api.state import AppState
 from space.config import Settings
 from space.console import routes as console
+from space.control.builds import BuildLimits
 from space.control.controller import AfterPass, Controller
 from space.control.expiry import Activity
 from space.control.waiter import DbWaiter, Lifecycle
@@ -146,6 +147,7 @@ def _controller(
         node=node,
         timeouts=settings.timeouts,
         config=settings.controller,
+        builds=BuildLimits.of(settings),
         activity=activity,
         after_pass=after,
     )

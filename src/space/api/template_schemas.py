@@ -102,7 +102,11 @@ class TemplateList(BaseModel):
 class BuildOut(BaseModel):
     id: str
     name: str
-    state: str = Field(description="queued, building, ready or failed")
+    state: str = Field(description="queued, building, ready, failed or cancelled")
+    queue_position: int | None = Field(
+        description="1-based place among all queued builds in the order they start "
+        "(round robin between orgs); null unless queued"
+    )
     error: str | None
     log: str
     created_at: datetime

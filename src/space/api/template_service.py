@@ -1,5 +1,6 @@
 """What `/v1/templates` does: queue a build of a template from a recipe, list the
-templates an org can use, follow a build's log, delete an org's template.
+templates an org can use, follow a build's log and its place in the queue, cancel a
+build, delete an org's template.
 
 A build is a `template_builds` row the leading controller's runner
 (`control.builds`) takes to a node; the API only queues it, with the org's claim on
@@ -23,6 +24,9 @@ orgs racing for one name get one 202 and one 409). Refusals are `ApiError`s:
                                 `template_mb_per_org`)
     404 not_found               another org's build or template
     409 build_in_progress       delete while a build of the template is queued or building
+    409 build_finished          cancel a build that is ready or failed (the message
+                                names its state; cancelling a cancelled one again
+                                answers it as it is)
 """
 
 from __future__ import annotations
@@ -45,10 +49,12 @@ from space.api.state import AppState
 from space.api.template_schemas import (
     MAX_CONTEXT_BYTES,
     BuildCreated,
+    BuildOut,
     CreateTemplate,
     TemplateOut,
     VersionOut,
 )
+from space.control import buildplan, builds
 from space.recipes.parse import RecipeError
 from space.seam import wire
 from space.seam.values import BuildSpec
@@ -56,7 +62,14 @@ from space.store import quotas
 from space.store.db import Database
 from space.store.errors import NotFound
 from space.store.keys import Principal
-from space.store.templates import ACTIVE, FINISHED, BuildView, TemplateNameTaken, TemplateRepo
+from space.store.templates import (
+    ACTIVE,
+    FINISHED,
+    BuildState,
+    BuildView,
+    TemplateNameTaken,
+    TemplateRepo,
+)
 
 #: How often a build's event stream reads its row.
 POLL_SECONDS = 0.25
@@ -199,6 +212,51 @@ def build_of(db: Database, principal: Principal, build_id: str) -> BuildView:
     return view
 
 
+def build_out(db: Database, principal: Principal, build_id: str) -> BuildOut:
+    """The org's build as `GET /v1/templates/builds/{id}` answers it."""
+    view = build_of(db, principal, build_id)
+    with db.session() as session:
+        position = queue_position(session, view)
+    return BuildOut(
+        id=view.id,
+        name=view.name,
+        state=view.state,
+        queue_position=position,
+        error=view.error,
+        log=view.log or "",
+        created_at=view.created_at,
+        updated_at=view.updated_at,
+    )
+
+
+def queue_position(session: Session, view: BuildView) -> int | None:
+    """The build's 1-based place among all queued builds in the order the runner
+    starts them (`control.buildplan`); None unless it is queued."""
+    if view.state != BuildState.QUEUED:
+        return None
+    active = TemplateRepo(session).active()
+    queued = [buildplan.Waiting(i, org) for i, org, s in active if s == BuildState.QUEUED]
+    running = [buildplan.Running(org, None) for _, org, s in active if s == BuildState.BUILDING]
+    return buildplan.positions(queued, running).get(view.id)
+
+
+async def cancel(state: AppState, principal: Principal, build_id: str) -> BuildOut:
+    """Cancel the org's build: a queued one never starts, a building one's node ends
+    it (its VM and scratch files gone, nothing registered). 409 if it finished."""
+    require(principal, "templates.write")
+    view = build_of(state.db, principal, build_id)
+    if view.state in ACTIVE and not await asyncio.to_thread(
+        builds.cancel_queued, state.db, build_id
+    ):
+        timeout = state.settings.timeouts.node_call
+        await builds.cancel_building(state.db, state.node, build_id, timeout)
+    out = build_out(state.db, principal, build_id)
+    if out.state != BuildState.CANCELLED:
+        message = f"build {build_id} is {out.state}: only a queued or building one can be cancelled"
+        raise ApiError(409, "build_finished", message, "build_id")
+    return out
+
+
 async def delete(state: AppState, principal: Principal, name: str) -> None:
     """The org's template off the node, then its name and builds (409 while one of
     them is queued or building)."""
@@ -228,15 +286,20 @@ async def events(
     db: Database, build_id: str, after: int, *, keepalive: float, limit: float
 ) -> AsyncIterator[Record | None]:
     """The build's log from byte `after` on as `log` records (each id is the byte
-    offset it ends at), then one `done` record with the final state; None when
-    `keepalive` s passed without one. Ends after `limit` s (or if the build goes)."""
+    offset it ends at), a `queue` record (`{"position", "state"}`) first and whenever
+    its queue position changes, then one `done` record with the final state; None
+    when `keepalive` s passed without one. Ends after `limit` s (or if the build goes)."""
     deadline = time.monotonic() + limit
     quiet_since = time.monotonic()
+    sent: int | None = 0  # the position last sent (0: none yet; positions start at 1)
     while time.monotonic() < deadline:
         try:
-            view = await asyncio.to_thread(_view, db, build_id)
+            view, position = await asyncio.to_thread(_view, db, build_id)
         except NotFound:
             return
+        if sent != position and view.state not in FINISHED:
+            yield Record(after, "queue", {"position": position, "state": view.state})
+            sent, quiet_since = position, time.monotonic()
         log = (view.log or "").encode()
         if len(log) > after:
             yield Record(len(log), "log", {"text": log[after:].decode(errors="replace")})
@@ -250,6 +313,7 @@ async def events(
         await asyncio.sleep(POLL_SECONDS)
 
 
-def _view(db: Database, build_id: str) -> BuildView:
+def _view(db: Database, build_id: str) -> tuple[BuildView, int | None]:
     with db.session() as session:
-        return TemplateRepo(session).view(build_id)
+        view = TemplateRepo(session).view(build_id)
+        return view, queue_position(session, view)

@@ -209,7 +209,7 @@ class Cluster:
             if placed is not None and placed in self._members:
                 return placed
             chosen = self._least_loaded(session)
-            builds.start(build_id, chosen)
+            builds.place(build_id, chosen)
             return chosen
 
     def _least_loaded(self, session: Session) -> str:
@@ -219,12 +219,26 @@ class Cluster:
 
     async def build_status(self, build_id: str, after: int) -> BuildStatus:
         """`unknown` when its node is lost or gone: the build went with it."""
+        member = self._build_member(build_id)
+        if member is None:
+            return BuildStatus("unknown")
+        return await member.client.build_status(build_id, after)
+
+    async def cancel_build(self, build_id: str, after: int) -> BuildStatus:
+        """On its node; `unknown` when that is lost or gone (the build went with it)."""
+        member = self._build_member(build_id)
+        if member is None:
+            return BuildStatus("unknown")
+        return await member.client.cancel_build(build_id, after)
+
+    def _build_member(self, build_id: str) -> Member | None:
+        """The member a build runs on, unless it is lost (or gone, or never placed)."""
         with self._db.session() as session:
             name = TemplateRepo(session).get(build_id).node
         member = self._members.get(name) if name is not None else None
         if member is None or member.info.state is NodeState.LOST:
-            return BuildStatus("unknown")
-        return await member.client.build_status(build_id, after)
+            return None
+        return member
 
     async def snapshot_template(self, sandbox_id: str, name: str) -> str:
         """On the sandbox's node, where the template then lives."""

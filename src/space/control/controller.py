@@ -22,7 +22,7 @@ from typing import TypeVar
 
 from space import faults
 from space.config import ControllerConfig, TimeoutConfig
-from space.control.builds import Builds
+from space.control.builds import BuildLimits, Builds
 from space.control.drain import Drain
 from space.control.errors import NodeFailed
 from space.control.expiry import Activity, Expiry
@@ -54,6 +54,7 @@ class Controller:
         node: NodeClient,
         timeouts: TimeoutConfig,
         config: ControllerConfig,
+        builds: BuildLimits | None = None,
         activity: Activity | None = None,
         fence: Callable[[], None] | None = None,
         after_pass: AfterPass | None = None,
@@ -67,7 +68,7 @@ class Controller:
         beside this one run power operations themselves (`space controller`); the
         reconciler leaves one alone until it has outlasted its own timeout (`plan`).
         `drains`: move the sandboxes of draining nodes off them (`drain.py`; a node
-        that is a cluster of many)."""
+        that is a cluster of many). `builds`: how template builds are scheduled."""
         self._db = db
         self._fence = fence or _unfenced
         self._after_pass = after_pass
@@ -79,7 +80,7 @@ class Controller:
         self._powering: dict[str, asyncio.Task[object]] = {}  # pause, resume, ...
         self._tasks = TaskSet()
         self.drain = Drain(db, node, self.power, self._fence) if drains else None
-        self.builds = Builds(db, node, self._fence, timeout=timeouts.node_call)
+        self.builds = Builds(db, node, self._fence, timeout=timeouts.node_call, limits=builds)
         self.expiry = Expiry(
             db=db,
             node=node,

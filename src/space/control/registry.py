@@ -40,7 +40,9 @@ class NodeIdentity:
         return cls(name=name, address=config.node_address or name)
 
 
-async def capacity(node: NodeClient, data_dir: Path, timeout: float) -> Capacity:
+async def capacity(
+    node: NodeClient, data_dir: Path, timeout: float, build_slots: int = 0
+) -> Capacity:
     async with asyncio.timeout(timeout):
         observed = await node.observe()
         templates = await node.templates()
@@ -54,14 +56,21 @@ async def capacity(node: NodeClient, data_dir: Path, timeout: float) -> Capacity
         sandboxes=len(observed),
         warm_pools=pools,
         templates=tuple(templates),
+        build_slots=build_slots,
     )
 
 
 async def heartbeat(
-    db: Database, node: NodeClient, identity: NodeIdentity, *, data_dir: Path, timeout: float
+    db: Database,
+    node: NodeClient,
+    identity: NodeIdentity,
+    *,
+    data_dir: Path,
+    timeout: float,
+    build_slots: int = 0,
 ) -> NodeInfo:
     """Register or refresh this node with what it can hold now."""
-    report = await capacity(node, data_dir, timeout)
+    report = await capacity(node, data_dir, timeout, build_slots)
     with db.session() as session:
         return NodeRepo(session).heartbeat(identity.name, identity.address, report)
 
@@ -76,13 +85,17 @@ def mark_lost_nodes(db: Database, config: ClusterConfig) -> list[str]:
 
 
 async def keep_registered(
-    db: Database, node: NodeClient, config: ClusterConfig, data_dir: Path
+    db: Database, node: NodeClient, config: ClusterConfig, data_dir: Path, build_slots: int
 ) -> None:
-    """Heartbeat forever (a failed beat is logged and retried)."""
+    """Heartbeat forever (a failed beat is logged and retried), reporting the node's
+    `build_slots` (`SPACE_NODE_BUILD_SLOTS`)."""
     identity = NodeIdentity.of(config)
+    timeout = config.heartbeat_seconds
 
     async def beat() -> None:
-        await heartbeat(db, node, identity, data_dir=data_dir, timeout=config.heartbeat_seconds)
+        await heartbeat(
+            db, node, identity, data_dir=data_dir, timeout=timeout, build_slots=build_slots
+        )
 
     await run_periodically(
         "node-heartbeat", beat, interval=config.heartbeat_seconds, backoff=config.heartbeat_seconds

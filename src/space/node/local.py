@@ -84,7 +84,9 @@ class LocalNode:
         agent_ops: AgentOps,
         warm_pools: WarmPools,
         metrics: NodeMetrics,
+        build_slots: int = 2,
     ) -> None:
+        """`build_slots`: how many template builds run at once (`SPACE_NODE_BUILD_SLOTS`)."""
         self._host = host
         self._templates = templates
         self._provisioning = provisioning
@@ -96,7 +98,7 @@ class LocalNode:
         self._volumes = Volumes(host)
         self._versions = TemplateVersions(host, templates.imported)
         self._builds = RecipeBuilds(host, templates, self._versions)
-        self._jobs = BuildJobs(self._builds)
+        self._jobs = BuildJobs(self._builds, build_slots)
         self._warm_task: asyncio.Task[None] | None = None
         self.metrics = metrics
 
@@ -185,6 +187,9 @@ class LocalNode:
 
     async def build_status(self, build_id: str, after: int) -> BuildStatus:
         return self._jobs.status(build_id, after)
+
+    async def cancel_build(self, build_id: str, after: int) -> BuildStatus:
+        return await self._jobs.cancel(build_id, after)
 
     async def snapshot_template(self, sandbox_id: str, name: str) -> str:
         sandbox = await self._host.live(sandbox_id)

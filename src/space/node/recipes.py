@@ -47,6 +47,7 @@ from space.recipes.parse import Copy, Recipe, RecipeError, Run
 from space.recipes.plan import plan, sources
 from space.recipes.worker import RecipeChecker
 from space.seam.values import ExecRequest
+from space.tasks import uncancelled
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,10 @@ class BuildRequest:
     disk_mb: int | None = None  # None: the FROM template's size
     memory_mib: int = 512
     network: dict[str, Any] | None = None  # the build VM's egress policy; None: no network
+
+
+def _nothing() -> None:
+    return None
 
 
 class BuildFailed(RuntimeError):
@@ -99,9 +104,14 @@ class RecipeBuilds:
             if pid.isdigit() and not Path(f"/proc/{pid}").exists():
                 shutil.rmtree(staging, ignore_errors=True)
 
-    async def build(self, request: BuildRequest, log_line: Log) -> Version:
+    async def build(
+        self, request: BuildRequest, log_line: Log, registering: Callable[[], None] = _nothing
+    ) -> Version:
         """Build `request` into the newest version of its template (RecipeError for a
-        recipe or context that cannot be built, BuildFailed for a step that fails)."""
+        recipe or context that cannot be built, BuildFailed for a step that fails).
+        Cancelled, it stops its VM and removes its files; `registering` is called once
+        every step has run, just before the version is registered (`buildjobs.py` no
+        longer cancels it from then on: a thread registering runs on regardless)."""
         check_name(request.name)
         await self._checker.check(request.recipe, request.args or {}, _sizes(request))
         # within every bound now (checked in a limited child): linear, and in a thread
@@ -124,6 +134,7 @@ class RecipeBuilds:
                 start_cmd=request.start_cmd,
                 ready_cmd=request.ready_cmd,
             )
+            registering()
             return await asyncio.to_thread(self._register, request.name, disk, record)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -131,11 +142,13 @@ class RecipeBuilds:
     async def _run_steps(
         self, request: BuildRequest, recipe: Recipe, disk: Path, digest: str, log_line: Log
     ) -> None:
+        """Each step in a build VM; its VM, network and run dir gone after, whole even
+        when the build is cancelled part way (`uncancelled`)."""
         host, vm_id = self._host, f"build{secrets.token_hex(4)}"
         record = SandboxRecord(vm_id, recipe.base, digest, request.memory_mib, 1, slot=vm_id)
-        network = await asyncio.to_thread(host.net.create, vm_id)
         driver = host.ready_driver()
         try:
+            network = await uncancelled(asyncio.to_thread(host.net.create, vm_id))
             await host.egress.attach(vm_id, network, request.network)
             config = replace(host.vm_config(record, network), root_disk=disk)
             vm = await driver.boot(config)
@@ -146,12 +159,12 @@ class RecipeBuilds:
                         await _step(agent, request, step, log_line)
                     await agent.exec(ExecRequest(cmd="sync", timeout=120))
                 finally:
-                    await agent.close()
+                    await uncancelled(agent.close())
             finally:
-                await driver.stop(vm)
+                await uncancelled(driver.stop(vm))
         finally:
-            await host.egress.detach(vm_id)
-            await asyncio.to_thread(host.net.delete, vm_id)
+            await uncancelled(host.egress.detach(vm_id))
+            await uncancelled(asyncio.to_thread(host.net.delete, vm_id))
             shutil.rmtree(host.run_dir / vm_id, ignore_errors=True)
 
     async def snapshot(self, sandbox: Sandbox, name: str) -> Version:

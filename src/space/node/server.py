@@ -105,6 +105,7 @@ class NodeServer:
             (wire.ADOPT_SNAPSHOT, lambda a: n.adopt_snapshot(a["sandbox_id"])),
             (wire.START_BUILD, lambda a: n.start_build(a["build_id"], a["spec"])),
             (wire.BUILD_STATUS, lambda a: n.build_status(a["build_id"], a["after"])),
+            (wire.CANCEL_BUILD, lambda a: n.cancel_build(a["build_id"], a["after"])),
             (wire.DELETE_TEMPLATE, lambda a: n.delete_template(a["name"])),
             (wire.TEMPLATE_USAGE, lambda a: n.template_usage(a["names"])),
             (wire.SNAPSHOT_TEMPLATE, lambda a: n.snapshot_template(a["sandbox_id"], a["name"])),

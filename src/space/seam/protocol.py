@@ -85,6 +85,13 @@ class NodeClient(Protocol):
         """Where build `build_id` is, with its log lines from index `after`."""
         ...
 
+    async def cancel_build(self, build_id: str, after: int) -> BuildStatus:
+        """End build `build_id` if it is building: its VM stopped, its scratch files
+        removed, nothing registered; returns once that is done, with where the build
+        is then (`cancelled`; `ready` or `failed` if it finished first, or was past
+        cancelling: registering its version) and its log lines from index `after`."""
+        ...
+
     async def snapshot_template(self, sandbox_id: str, name: str) -> str:
         """The running `sandbox_id`'s disk as the newest version of template `name` on
         this node (the source runs on); the version's digest. ValueError for a name

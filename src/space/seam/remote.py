@@ -244,6 +244,9 @@ class RemoteNode:
     async def build_status(self, build_id: str, after: int) -> BuildStatus:
         return await self.call(wire.BUILD_STATUS, build_id=build_id, after=after)
 
+    async def cancel_build(self, build_id: str, after: int) -> BuildStatus:
+        return await self.call(wire.CANCEL_BUILD, build_id=build_id, after=after)
+
     async def snapshot_template(self, sandbox_id: str, name: str) -> str:
         return await self.call(wire.SNAPSHOT_TEMPLATE, sandbox_id=sandbox_id, name=name)
 

@@ -43,7 +43,8 @@ class SandboxSpec:
 class BuildSpec:
     """A template to build from a recipe (`space.recipes`): its build
     context (path -> content), ARG values, the commands its base snapshot is taken
-    with, the build VM's disk and memory, and its egress policy (None: no network)."""
+    with, the build VM's disk and memory, its egress policy (None: no network), and
+    how long it may build once the node starts it (`deadline` s; None: no bound)."""
 
     name: str
     recipe: str
@@ -54,6 +55,7 @@ class BuildSpec:
     disk_mb: int | None = None
     memory_mib: int = 512
     network: dict[str, Any] | None = None
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)
@@ -69,11 +71,12 @@ class TemplateUsage:
 @dataclass(frozen=True)
 class BuildStatus:
     """Where a build on a node is: `building`, `ready` (`digest` names the version it
-    added), `failed` (`error` says why) or `unknown` (the node has no such build: it
-    restarted since, or never had it). `lines` are its log from the index asked for;
-    `next` is the index to ask for next."""
+    added), `failed` (`error` says why), `cancelled` (its VM and files are gone,
+    nothing was registered) or `unknown` (the node has no such build: it restarted
+    since, or never had it). `lines` are its log from the index asked for; `next` is
+    the index to ask for next."""
 
-    state: Literal["building", "ready", "failed", "unknown"]
+    state: Literal["building", "ready", "failed", "cancelled", "unknown"]
     lines: tuple[str, ...] = ()
     next: int = 0
     digest: str | None = None

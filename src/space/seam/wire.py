@@ -230,6 +230,7 @@ FORK = Call[list[SandboxObservation]](
 ADOPT_SNAPSHOT = Call[SandboxObservation]("adopt_snapshot", (_ID,), SandboxObservation)
 START_BUILD = Call[None]("start_build", (("build_id", str), ("spec", BuildSpec)), None)
 BUILD_STATUS = Call[BuildStatus]("build_status", (("build_id", str), ("after", int)), BuildStatus)
+CANCEL_BUILD = Call[BuildStatus]("cancel_build", (("build_id", str), ("after", int)), BuildStatus)
 DELETE_TEMPLATE = Call[None]("delete_template", (("name", str),), None)
 TEMPLATE_USAGE = Call[TemplateUsage]("template_usage", (("names", list[str]),), TemplateUsage)
 SNAPSHOT_TEMPLATE = Call[str]("snapshot_template", (_ID, ("name", str)), str)

@@ -63,6 +63,8 @@ class Capacity:
     warm_pools: dict[str, WarmPool] = field(default_factory=dict)
     #: The templates it can create from (empty: not reported, as by an older node).
     templates: tuple[str, ...] = ()
+    #: How many template builds it runs at once (0: not reported, as by an older node).
+    build_slots: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,6 +80,7 @@ class Capacity:
             sandboxes=int(data.get("sandboxes", 0)),
             warm_pools=pools,
             templates=tuple(str(name) for name in data.get("templates", ())),
+            build_slots=int(data.get("build_slots", 0)),
         )
 
 

@@ -1,19 +1,25 @@
 """Template names orgs own and the builds that make them.
 
 A name an org builds is its own from the first build on (`claim`): another org's
-build of that name is refused, and so are its sandboxes of it. A build goes
-`queued` -> `building` (on a node) -> `ready` or `failed`; its log grows as the
-controller copies it from the node, up to `MAX_LOG` bytes (then one line says the
-rest was cut).
+build of that name is refused, and so are its sandboxes of it. A build's states are
+a table (`ALLOWED_BUILD_TRANSITIONS`), each move a compare-and-set on the row, so the
+runner starting a build and a client cancelling it never both win:
+
+    queued -> building (on a node) -> ready | failed
+    queued | building -> cancelled   (`DELETE /v1/templates/builds/{id}`)
+
+Its log grows as the controller copies it from the node, up to `MAX_LOG` bytes (then
+one line says the rest was cut).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -23,8 +29,27 @@ from space.store.models import TemplateBuild, TemplateName, utcnow
 
 MAX_LOG = 1 << 20
 CUT = "(the log is cut here: it reached its limit)\n"
-FINISHED = ("ready", "failed")
-ACTIVE = ("queued", "building")
+
+
+class BuildState(StrEnum):
+    QUEUED = "queued"
+    BUILDING = "building"
+    READY = "ready"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+B = BuildState
+
+ALLOWED_BUILD_TRANSITIONS: dict[BuildState, frozenset[BuildState]] = {
+    B.QUEUED: frozenset({B.BUILDING, B.CANCELLED}),
+    B.BUILDING: frozenset({B.READY, B.FAILED, B.CANCELLED}),
+    B.READY: frozenset(),
+    B.FAILED: frozenset(),
+    B.CANCELLED: frozenset(),
+}
+FINISHED = (B.READY.value, B.FAILED.value, B.CANCELLED.value)
+ACTIVE = (B.QUEUED.value, B.BUILDING.value)
 
 
 @dataclass(frozen=True)
@@ -145,16 +170,30 @@ class TemplateRepo:
         return list(self.session.scalars(query))
 
     def in_state(self, state: str) -> list[TemplateBuild]:
+        """The builds in `state`, oldest first (the queue's order)."""
         query = (
             select(TemplateBuild)
             .where(TemplateBuild.state == state)
-            .order_by(TemplateBuild.created_at)
+            .order_by(TemplateBuild.created_at, TemplateBuild.id)
         )
         return list(self.session.scalars(query))
 
-    def start(self, build_id: str, node: str | None) -> None:
-        row = self.get(build_id)
-        row.state, row.node, row.updated_at = "building", node, utcnow()
+    def active(self) -> list[tuple[str, str, str]]:
+        """(id, org id, state) of every queued or building build, oldest first."""
+        query = (
+            select(TemplateBuild.id, TemplateBuild.org_id, TemplateBuild.state)
+            .where(TemplateBuild.state.in_(ACTIVE))
+            .order_by(TemplateBuild.created_at, TemplateBuild.id)
+        )
+        return [(id_, org_id, state) for id_, org_id, state in self.session.execute(query)]
+
+    def start(self, build_id: str, node: str | None) -> bool:
+        """`queued` -> `building` on `node`; False if it is queued no more (cancelled)."""
+        return self._move(build_id, B.BUILDING, node=node)
+
+    def place(self, build_id: str, node: str) -> None:
+        """Record the node a building build runs on (chosen as it is started)."""
+        self.get(build_id).node = node
         self.session.flush()
 
     def append(self, build_id: str, lines: tuple[str, ...], next_index: int) -> None:
@@ -169,12 +208,33 @@ class TemplateRepo:
 
     def finish(
         self, build_id: str, state: str, *, digest: str | None = None, error: str | None = None
-    ) -> None:
-        row = self.get(build_id)
-        if row.state in FINISHED:
-            return
-        row.state, row.digest, row.error, row.updated_at = state, digest, error, utcnow()
-        self.session.flush()
+    ) -> bool:
+        """Into the finished `state` if the table allows it from where the build is
+        (False if not: it finished already, or `ready` of a queued one)."""
+        return self._move(build_id, BuildState(state), digest=digest, error=error)
+
+    def dequeue(self, build_id: str, error: str) -> bool:
+        """`queued` -> `cancelled`; False if it is queued no more (started, finished)."""
+        return self._move(build_id, B.CANCELLED, only_from=B.QUEUED, error=error)
+
+    def _move(
+        self, build_id: str, to: BuildState, only_from: BuildState | None = None, **values: Any
+    ) -> bool:
+        """Compare-and-set: into `to` only from a state the table allows it from (and
+        only from `only_from` if given)."""
+        sources = [s.value for s, targets in ALLOWED_BUILD_TRANSITIONS.items() if to in targets]
+        if only_from is not None:
+            sources = [s for s in sources if s == only_from.value]
+        result = self.session.execute(
+            update(TemplateBuild)
+            .where(TemplateBuild.id == build_id, TemplateBuild.state.in_(sources))
+            .values(state=to.value, updated_at=utcnow(), **values)
+            .execution_options(synchronize_session=False)
+        )
+        row = self.session.get(TemplateBuild, build_id, populate_existing=True)
+        if row is None:
+            raise NotFound("build", build_id)
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
     def remove_builds(self, org_id: str, name: str) -> None:
         for row in self.builds_of(org_id, name):

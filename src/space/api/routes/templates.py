@@ -1,6 +1,6 @@
 """`POST/GET /v1/templates`, `GET/DELETE /v1/templates/{name}`,
-`GET /v1/templates/builds/{build_id}` and its SSE `.../events`: the `/v1` front of
-`template_service`."""
+`GET/DELETE /v1/templates/builds/{build_id}` and its SSE `.../events`: the `/v1`
+front of `template_service`."""
 
 from __future__ import annotations
 
@@ -44,16 +44,15 @@ async def list_templates(principal: PrincipalDep, state: StateDep) -> TemplateLi
 
 @router.get("/builds/{build_id}")
 async def get_build(build_id: str, principal: PrincipalDep, state: StateDep) -> BuildOut:
-    view = template_service.build_of(state.db, principal, build_id)
-    return BuildOut(
-        id=view.id,
-        name=view.name,
-        state=view.state,
-        error=view.error,
-        log=view.log or "",
-        created_at=view.created_at,
-        updated_at=view.updated_at,
-    )
+    return template_service.build_out(state.db, principal, build_id)
+
+
+@router.delete("/builds/{build_id}")
+async def cancel_build(build_id: str, principal: PrincipalDep, state: StateDep) -> BuildOut:
+    """Cancel a queued build (it never starts) or a building one (its node stops the
+    build VM and removes its files; nothing is registered): the build, `cancelled`.
+    409 `build_finished` once it is ready or failed."""
+    return await template_service.cancel(state, principal, build_id)
 
 
 @router.get(
@@ -68,9 +67,10 @@ async def build_events(
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     """`log` events (`{"text"}`, new log text; the id is its end's byte offset in the
-    log) then one `done` (`{"state", "error"}`); `Last-Event-ID` resumes after that
-    offset. A stream ends after SPACE_TIMEOUT_BUILD_EVENTS s, or soon after its key
-    is revoked or expires."""
+    log), `queue` events (`{"position", "state"}`: first, and whenever its queue
+    position changes; null once it builds), then one `done` (`{"state", "error"}`);
+    `Last-Event-ID` resumes after that offset. A stream ends after
+    SPACE_TIMEOUT_BUILD_EVENTS s, or soon after its key is revoked or expires."""
     after = _offset(last_event_id)
     template_service.build_of(state.db, principal, build_id)
     records = template_service.events(
