@@ -155,3 +155,29 @@ def test_bounds_on_members_bytes_and_paths(root: Path) -> None:
 def test_a_stream_that_is_not_tar_is_named(root: Path) -> None:
     with pytest.raises(ImageError, match="layer 1: not a readable tar"):
         apply_layer(root, io.BytesIO(b"\x01" * 1024), Budget(Limits()), "layer 1")
+
+
+def test_a_whiteout_in_a_missing_directory_makes_nothing(root: Path) -> None:
+    """Found against umoci (`test_layers_umoci.py`): whiteouts made their parents."""
+    _apply(root, [file("a")], [file("x/y/.wh.z"), file("p/.wh..wh..opq")])
+    assert sorted(p.name for p in root.iterdir()) == ["a"]
+
+
+def test_a_device_member_removes_what_was_there(root: Path) -> None:
+    """Found against umoci: a device over a lower file left the file in place."""
+    _apply(root, [file("null", "x"), directory("d"), file("d/f")], [device("null"), device("d")])
+    assert list(root.iterdir()) == []
+
+
+@pytest.mark.parametrize("entry", [file("."), symlink(".", "/etc"), hardlink("./", "a")])
+def test_a_non_directory_naming_the_root_is_refused(root: Path, entry: Entry) -> None:
+    """Found against umoci: a file named `.` chmod-ed and chown-ed the root as its own."""
+    with pytest.raises(ImageError, match="the root a non-directory"):
+        _apply(root, [file("a")], [entry])
+    assert os.stat(root).st_mode & 0o777 == 0o755
+
+
+def test_an_os_refusal_is_an_image_error_naming_the_member(root: Path) -> None:
+    """Found against umoci: a name past NAME_MAX escaped as a bare OSError."""
+    with pytest.raises(ImageError, match="member 'nnn.*File name too long"):
+        _apply(root, [file("n" * 256)])
