@@ -89,7 +89,7 @@ ATTACKER = Ed25519PrivateKey.generate()
 ALG = "an algorithm other than EdDSA"
 SIGNATURE = "bad signature"
 AUD = "minted for another node"
-CLAIMS = "claims are not aud, iat and exp"
+CLAIMS = "aud, iat or exp missing"
 MALFORMED = "malformed"
 
 FORGED: dict[str, tuple[str, str]] = {  # name: (token, why it is refused)
@@ -105,6 +105,7 @@ FORGED: dict[str, tuple[str, str]] = {  # name: (token, why it is refused)
         forge({"alg": "HS256", "typ": "JWT"}, claims(), hs256(PUBLIC_RAW)),
         ALG,
     ),
+    "alg Ed25519 (RFC 9864's name), our key": (forge({"alg": "Ed25519"}, claims(), OURS), ALG),
     "ES256 by another key": (forge({"alg": "ES256", "typ": "JWT"}, claims(), es256), ALG),
     "Ed448 under alg EdDSA": (forge(EDDSA, claims(), Ed448PrivateKey.generate().sign), SIGNATURE),
     "another Ed25519 key": (forge(EDDSA, claims(), ATTACKER.sign), SIGNATURE),
