@@ -181,3 +181,16 @@ def test_an_os_refusal_is_an_image_error_naming_the_member(root: Path) -> None:
     """Found against umoci: a name past NAME_MAX escaped as a bare OSError."""
     with pytest.raises(ImageError, match="member 'nnn.*File name too long"):
         _apply(root, [file("n" * 256)])
+
+
+def test_a_whiteout_in_the_layer_that_declares_its_dir_again_hides_the_lower_content(
+    root: Path,
+) -> None:
+    """Found against umoci: `d/`, `d/b`, `.wh.d` in one layer kept the lower `d/a` (and an
+    opaque dir kept lower files in a subdirectory the layer declared again)."""
+    lower = [directory("d"), file("d/a"), directory("app"), directory("app/sub"), file("app/sub/f")]
+    upper = [directory("d"), file("d/b"), file(".wh.d"), directory("app/sub"), file("app/sub/g"),
+             file("app/.wh..wh..opq")]  # fmt: skip
+    _apply(root, lower, upper)
+    assert [p.name for p in (root / "d").iterdir()] == ["b"]
+    assert [p.name for p in (root / "app/sub").iterdir()] == ["g"]

@@ -127,6 +127,12 @@ CASES: dict[str, Case] = {
             [hardlink("h", "d/a")],
         ]
     ),  # fmt: skip
+    "hardlink with a dot-dot inside the root": Case(  # umoci: links b
+        lambda o: [[directory("a"), file("b", "b"), hardlink("h", "a/../b")]], refused="'..'"
+    ),
+    "hardlink, then its target replaced": Case(
+        lambda o: [[file("a", "1"), hardlink("h", "a"), file("a", "2")]]
+    ),
     "hardlink to a directory": Case(
         lambda o: [[directory("d"), hardlink("h", "d")]], refused="not a regular file"
     ),
@@ -176,6 +182,30 @@ CASES: dict[str, Case] = {
     "the same name then its whiteout": Case(
         lambda o: [[file("a", "old")], [file("a", "new"), file(".wh.a")]]
     ),
+    "whiteout of a directory the layer declares again": Case(
+        lambda o: [[directory("d"), file("d/a")], [directory("d"), file("d/b"), file(".wh.d")]]
+    ),
+    "whiteout before the directory is declared again": Case(
+        lambda o: [[directory("d"), file("d/a")], [file(".wh.d"), directory("d"), file("d/b")]]
+    ),
+    "opaque over a subdirectory declared again": Case(
+        lambda o: [
+            [directory("app"), directory("app/sub"), file("app/sub/f"), file("app/x")],
+            [directory("app"), directory("app/sub"), file("app/sub/g"), file("app/.wh..wh..opq")],
+        ]
+    ),  # fmt: skip
+    "opaque before a subdirectory declared again": Case(
+        lambda o: [
+            [directory("app"), directory("app/sub"), file("app/sub/f")],
+            [file("app/.wh..wh..opq"), directory("app/sub"), file("app/sub/g")],
+        ]
+    ),  # fmt: skip
+    "opaque through a symlink inside": Case(
+        lambda o: [
+            [directory("real"), file("real/a"), symlink("d", "real")],
+            [file("d/.wh..wh..opq")],
+        ]
+    ),  # fmt: skip
     "opaque after new entries": Case(
         lambda o: [
             [directory("app"), file("app/old"), directory("app/sub"), file("app/sub/f")],
@@ -275,6 +305,15 @@ CASES: dict[str, Case] = {
     ),
     "a symlink then a directory of its name, one layer": Case(
         lambda o: [[symlink("x", str(o)), directory("x"), file("x/y")]]
+    ),
+    "a symlink to a directory replaced by a directory": Case(
+        lambda o: [
+            [directory("real"), file("real/a"), symlink("d", "real")],
+            [directory("d", mode=0o700)],
+        ]
+    ),  # fmt: skip
+    "a symlink over a directory, then a file through it": Case(
+        lambda o: [[directory("d"), file("d/a")], [symlink("d", "/etc"), file("d/x")]]
     ),
     "a symlink replaced by a directory": Case(
         lambda o: [[symlink("x", str(o))], [directory("x"), file("x/y", "y")]]

@@ -10,8 +10,9 @@ the root a file), and a hard link to anything but a regular file. What the kerne
 refuses (a name past NAME_MAX, an xattr it rejects) refuses the layer by name.
 
 Whiteouts (the OCI rules): `.wh.NAME` removes NAME as lower layers left it, and
-`.wh..wh..opq` empties its directory of what lower layers put there; a whiteout in a
-directory that is not there removes nothing and makes nothing. Ownership (numeric
+`.wh..wh..opq` empties its directory of what lower layers put there, both however they
+sit in the layer among what it adds (what it adds stays, even in a directory it
+declares again); a whiteout in a directory that is not there removes and makes nothing. Ownership (numeric
 uid/gid), modes (setuid included, applied after the owner), mtimes and the `user.*` /
 `security.capability` xattrs of pax headers (`SCHILY.xattr.*`) are kept. Device nodes
 are not made (the guest's /dev is devtmpfs), but one still replaces what was at its
@@ -143,10 +144,17 @@ class _LayerState:
         parent = existing_dir(self.root, parts[:-1], self.name)
         if parent is None:
             return
-        doomed = list(parent.iterdir()) if parts[-1] == _OPAQUE else [parent / hidden]
-        for path in doomed:
+        self._hide(list(parent.iterdir()) if parts[-1] == _OPAQUE else [parent / hidden])
+
+    def _hide(self, paths: list[Path]) -> None:
+        """Remove what lower layers left at `paths`: all of it, or in a directory this
+        layer made or declared again, what this layer did not put there itself."""
+        while paths:
+            path = paths.pop()
             if path not in self.fresh:
                 _remove(path)
+            elif path.is_dir() and not path.is_symlink():
+                paths.extend(path.iterdir())
 
 
 def apply_layer(root: Path, stream: IO[bytes], budget: Budget, layer: str) -> None:
