@@ -194,3 +194,19 @@ def test_a_whiteout_in_the_layer_that_declares_its_dir_again_hides_the_lower_con
     _apply(root, lower, upper)
     assert [p.name for p in (root / "d").iterdir()] == ["b"]
     assert [p.name for p in (root / "app/sub").iterdir()] == ["g"]
+
+
+def test_an_xattr_name_with_a_nul_is_an_image_error(root: Path) -> None:
+    """Found against umoci: it escaped as a bare ValueError."""
+    with pytest.raises(ImageError, match="member 'f': embedded null byte"):
+        _apply(root, [file("f", "x", pax={"SCHILY.xattr.user.a\x00b": "v"})])
+
+
+def test_an_empty_pax_xattr_is_no_xattr(root: Path) -> None:
+    """Found against umoci: POSIX pax reads an empty value as no record; SPACE set one."""
+    try:
+        os.setxattr(root, "user.probe", b"1")
+    except OSError:
+        pytest.skip("this filesystem has no user xattrs")
+    _apply(root, [file("f", "x", pax={"SCHILY.xattr.user.e": "", "SCHILY.xattr.user.f": "1"})])
+    assert os.listxattr(root / "f") == ["user.f"]

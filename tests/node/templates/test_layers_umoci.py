@@ -277,6 +277,26 @@ CASES: dict[str, Case] = {
             ]
         ]
     ),  # fmt: skip
+    "an xattr of an empty value": Case(  # a pax record of no value deletes it
+        lambda o: [[file("f", "x", pax={"SCHILY.xattr.user.e": "", "SCHILY.xattr.user.f": "1"})]]
+    ),
+    "an xattr with a NUL in its name": Case(
+        lambda o: [[file("f", "x", pax={"SCHILY.xattr.user.a\x00b": "v"})]],
+        refused="embedded null byte",
+    ),
+    "an xattr named only its prefix": Case(
+        lambda o: [[file("f", "x", pax={"SCHILY.xattr.user.": "v"})]], refused="Invalid argument"
+    ),
+    "a NUL in a name and a symlink target": Case(
+        lambda o: [[file("a\x00b", "x"), symlink("s", "t\x00u")]]
+    ),
+    "a name that is not UTF-8": Case(lambda o: [[file("caf\udce9", "x")]]),
+    "an empty symlink target": Case(
+        lambda o: [[symlink("s", "")]], refused="No such file or directory"
+    ),
+    "a symlink target of 4096 characters": Case(
+        lambda o: [[symlink("s", "x" * 4096)]], refused="File name too long"
+    ),
     "an xattr the kernel refuses": Case(
         lambda o: [[file("f", "x", pax={"SCHILY.xattr.security.capability": "\x01"})]],
         refused="Invalid argument",
@@ -368,6 +388,19 @@ def _by_space(layout: Path, root: Path) -> Outcome:
     except ImageError as exc:
         return Refused(str(exc))
     return snapshot(root)
+
+
+def test_a_contiguous_file_is_a_regular_file_where_umoci_refuses_it(
+    umoci: str, tmp_path: Path
+) -> None:
+    """Type `7` (contiguous) is a regular file to POSIX and to Python's tarfile; umoci
+    knows no such type. Lenient on purpose: it holds bytes like any file."""
+    case = Case(lambda o: [[Entry("c", b"data", kind=tarfile.CONTTYPE, mode=0o600)]])
+    layout = _layout(tmp_path, case, tmp_path)
+    assert isinstance(_by_umoci(umoci, layout, tmp_path / "umoci"), Refused)
+    ours = _by_space(layout, tmp_path / "space")
+    assert isinstance(ours, Tree)
+    assert (ours.nodes["c"].kind, ours.nodes["c"].mode) == ("file", 0o600)
 
 
 @pytest.mark.parametrize("name", CASES)

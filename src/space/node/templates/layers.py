@@ -14,7 +14,8 @@ Whiteouts (the OCI rules): `.wh.NAME` removes NAME as lower layers left it, and
 sit in the layer among what it adds (what it adds stays, even in a directory it
 declares again); a whiteout in a directory that is not there removes and makes nothing. Ownership (numeric
 uid/gid), modes (setuid included, applied after the owner), mtimes and the `user.*` /
-`security.capability` xattrs of pax headers (`SCHILY.xattr.*`) are kept. Device nodes
+`security.capability` xattrs of pax headers (`SCHILY.xattr.*`, an empty value none)
+are kept. Device nodes
 are not made (the guest's /dev is devtmpfs), but one still replaces what was at its
 name. `tests/node/templates/test_layers_umoci.py` holds all of this against umoci."""
 
@@ -170,16 +171,17 @@ def apply_layer(root: Path, stream: IO[bytes], budget: Budget, layer: str) -> No
 
 
 def _apply_member(state: _LayerState, archive: tarfile.TarFile, member: tarfile.TarInfo) -> None:
-    """One member; an OSError (a name too long, too many links, an xattr the kernel
-    refuses) refuses the layer, naming the member."""
+    """One member; what the kernel or `os` refuses (a name too long, too many links, an
+    xattr it rejects or with a NUL in its name) refuses the layer, naming the member."""
     parts = member_parts(member.name, state.name)
     try:
         if parts and parts[-1].startswith(_WHITEOUT):
             state.whiteout(parts)
         else:
             _make(state, archive, member, state.place(parts))
-    except OSError as exc:
-        raise ImageError(f"{state.name}: member {member.name!r}: {exc.strerror}") from exc
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in an xattr's name
+        why = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+        raise ImageError(f"{state.name}: member {member.name!r}: {why}") from exc
 
 
 def _make(
@@ -236,7 +238,8 @@ def _metadata(dest: Path, member: tarfile.TarInfo) -> None:
     os.chown(dest, member.uid, member.gid, follow_symlinks=False)
     for key, value in member.pax_headers.items():
         name = key[len(_XATTR_PREFIX) :]
-        if key.startswith(_XATTR_PREFIX) and name.startswith(_XATTRS_KEPT):
+        # an empty pax value deletes the record (POSIX pax; Go's and GNU tar's reading)
+        if key.startswith(_XATTR_PREFIX) and name.startswith(_XATTRS_KEPT) and value:
             raw = value.encode("utf-8", "surrogateescape")
             os.setxattr(dest, name, raw, follow_symlinks=False)
     if not member.issym():
