@@ -51,6 +51,7 @@ CAPABILITY = "\x01\x00\x00\x02" + "\x00\x04\x00\x00" + "\x00" * 12  # cap_net_bi
 class Case:
     layers: Callable[[Path], Layers]  # given the host directory outside the root
     refused: str | None = None  # SPACE refuses with this message; else umoci's tree
+    tar_format: int = tarfile.PAX_FORMAT
 
 
 def fifo(name: str) -> Entry:
@@ -94,13 +95,13 @@ CASES: dict[str, Case] = {
             [directory("real"), symlink("one", "two"), symlink("two", "/real")],
             [file("one/f", "x"), directory("one/sub"), file("one/sub/g", "y")],
         ]
-    ),  # fmt: skip
+    ),
     "symlink to .. then through it": Case(
         lambda o: [
             [directory("d"), symlink("d/up", ".."), symlink("d/upup", "../..")],
             [file("d/up/f", "1"), file("d/upup/g", "2")],
         ]
-    ),  # fmt: skip
+    ),
     "file replacing a symlink to the outside": Case(
         lambda o: [[symlink("f", str(o / "target"))], [file("f", "overwritten")]]
     ),
@@ -126,7 +127,7 @@ CASES: dict[str, Case] = {
             [directory("real"), file("real/a", "a"), symlink("d", "real")],
             [hardlink("h", "d/a")],
         ]
-    ),  # fmt: skip
+    ),
     "hardlink with a dot-dot inside the root": Case(  # umoci: links b
         lambda o: [[directory("a"), file("b", "b"), hardlink("h", "a/../b")]], refused="'..'"
     ),
@@ -168,7 +169,7 @@ CASES: dict[str, Case] = {
             [directory("real"), file("real/a"), file("real/b"), symlink("d", "real")],
             [file("d/.wh.a")],
         ]
-    ),  # fmt: skip
+    ),
     "whiteout of a symlink, not its target": Case(
         lambda o: [[directory("real"), file("real/a"), symlink("d", "real")], [file(".wh.d")]]
     ),
@@ -193,31 +194,31 @@ CASES: dict[str, Case] = {
             [directory("app"), directory("app/sub"), file("app/sub/f"), file("app/x")],
             [directory("app"), directory("app/sub"), file("app/sub/g"), file("app/.wh..wh..opq")],
         ]
-    ),  # fmt: skip
+    ),
     "opaque before a subdirectory declared again": Case(
         lambda o: [
             [directory("app"), directory("app/sub"), file("app/sub/f")],
             [file("app/.wh..wh..opq"), directory("app/sub"), file("app/sub/g")],
         ]
-    ),  # fmt: skip
+    ),
     "opaque through a symlink inside": Case(
         lambda o: [
             [directory("real"), file("real/a"), symlink("d", "real")],
             [file("d/.wh..wh..opq")],
         ]
-    ),  # fmt: skip
+    ),
     "opaque after new entries": Case(
         lambda o: [
             [directory("app"), file("app/old"), directory("app/sub"), file("app/sub/f")],
             [directory("app"), file("app/new", "2"), file("app/.wh..wh..opq")],
         ]
-    ),  # fmt: skip
+    ),
     "opaque before new entries": Case(
         lambda o: [
             [directory("app"), file("app/old")],
             [file("app/.wh..wh..opq"), file("app/new", "2")],
         ]
-    ),  # fmt: skip
+    ),
     "opaque with no directory entry": Case(
         lambda o: [[directory("app"), file("app/old")], [file("app/.wh..wh..opq")]]
     ),
@@ -247,7 +248,7 @@ CASES: dict[str, Case] = {
                 directory("shared", mode=0o2775, gid=100),
             ]
         ]
-    ),  # fmt: skip
+    ),
     "setuid on a file owned by a user": Case(
         lambda o: [[file("bin/su", "x", mode=0o4755, uid=1000, gid=1000)]]
     ),
@@ -276,7 +277,7 @@ CASES: dict[str, Case] = {
                 )
             ]
         ]
-    ),  # fmt: skip
+    ),
     "an xattr of an empty value": Case(  # a pax record of no value deletes it
         lambda o: [[file("f", "x", pax={"SCHILY.xattr.user.e": "", "SCHILY.xattr.user.f": "1"})]]
     ),
@@ -305,6 +306,20 @@ CASES: dict[str, Case] = {
     "a name of NAME_MAX": Case(lambda o: [[directory("d"), file(f"d/{LONG}", "x")]]),
     "a name past NAME_MAX": Case(lambda o: [[file(LONG + "n", "x")]], refused="File name too"),
     "a path of 4,000 characters": Case(_deep),
+    "long names and links in GNU format": Case(
+        lambda o: [
+            [
+                directory("d" * 200),
+                file("d" * 200 + "/" + "f" * 200, "x"),
+                symlink("s" * 150, "t" * 300),
+                hardlink("h" * 150, "d" * 200 + "/" + "f" * 200),
+            ]
+        ],
+        tar_format=tarfile.GNU_FORMAT,
+    ),
+    "a dot-dot in a GNU long name": Case(
+        lambda o: [[file("a" * 120 + "/../../evil", "x")]], "'..'", tarfile.GNU_FORMAT
+    ),
     "dot and empty components": Case(lambda o: [[directory("./a//b/"), file("./a/./b//c")]]),
     # duplicates and replacements
     "a file twice in one layer": Case(lambda o: [[file("a", "one"), file("a", "two")]]),
@@ -331,7 +346,7 @@ CASES: dict[str, Case] = {
             [directory("real"), file("real/a"), symlink("d", "real")],
             [directory("d", mode=0o700)],
         ]
-    ),  # fmt: skip
+    ),
     "a symlink over a directory, then a file through it": Case(
         lambda o: [[directory("d"), file("d/a")], [symlink("d", "/etc"), file("d/x")]]
     ),
@@ -362,7 +377,7 @@ Outcome = Tree | Refused
 
 
 def _layout(tmp_path: Path, case: Case, outside: Path) -> Path:
-    tars = [layer_tar(entries) for entries in case.layers(outside)]
+    tars = [layer_tar(entries, case.tar_format) for entries in case.layers(outside)]
     return oci_layout(tars).write_dir(tmp_path / "image")
 
 
