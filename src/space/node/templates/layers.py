@@ -10,14 +10,14 @@ the root a file), and a hard link to anything but a regular file. What the kerne
 refuses (a name past NAME_MAX, an xattr it rejects) refuses the layer by name.
 
 Whiteouts (the OCI rules): `.wh.NAME` removes NAME as lower layers left it, and
-`.wh..wh..opq` empties its directory of what lower layers put there, both however they
-sit in the layer among what it adds (what it adds stays, even in a directory it
-declares again); a whiteout in a directory that is not there removes and makes nothing. Ownership (numeric
-uid/gid), modes (setuid included, applied after the owner), mtimes and the `user.*` /
-`security.capability` xattrs of pax headers (`SCHILY.xattr.*`, an empty value none)
-are kept. Device nodes
-are not made (the guest's /dev is devtmpfs), but one still replaces what was at its
-name. `tests/node/templates/test_layers_umoci.py` holds all of this against umoci."""
+`.wh..wh..opq` empties its directory of what lower layers put there, wherever either
+sits among what its layer adds (which stays, even in a directory the layer declares
+again); a whiteout in a directory that is not there removes and makes nothing.
+Ownership (numeric uid/gid), modes (setuid included, applied after the owner), mtimes
+and the `user.*` / `security.capability` xattrs of pax headers (`SCHILY.xattr.*`; an
+empty value is none) are kept. Device nodes are not made (the guest's /dev is
+devtmpfs), but one still replaces what was at its name.
+`tests/node/templates/test_layers_umoci.py` holds all of this against umoci."""
 
 from __future__ import annotations
 
