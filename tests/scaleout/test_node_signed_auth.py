@@ -193,7 +193,7 @@ async def test_tampered_and_foreign_tokens_are_refused_without_echoing_them(
 
 
 def _b64(text: str) -> str:
-    return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
+    return _b64_bytes(text.encode())
 
 
 async def test_the_client_mints_again_before_expiry_and_keeps_being_served(
@@ -234,6 +234,20 @@ def test_verify_bounds_the_claims(key: Ed25519PrivateKey) -> None:
             signing.verify(public, malformed, "n", T0)
     with pytest.raises(ValueError, match="lifetime"):
         signing.Signer(key, lifetime=10)
+
+
+def test_tokens_are_byte_for_byte_the_earlier_hand_made_format(key: Ed25519PrivateKey) -> None:
+    """What the hand-rolled signer minted before PyJWT (a fixed header, compact claims in
+    the order aud, iat, exp): a node of either release accepts the other's tokens."""
+    header = _b64('{"alg":"EdDSA","typ":"JWT"}')
+    claims = _b64(f'{{"aud":"n","iat":{int(T0)},"exp":{int(T0) + 300}}}')
+    earlier = f"{header}.{claims}.{_b64_bytes(key.sign(f'{header}.{claims}'.encode()))}"
+    assert signing.mint(key, "n", T0) == earlier  # Ed25519 signatures are deterministic
+    signing.verify(key.public_key(), earlier, "n", T0)
+
+
+def _b64_bytes(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 def _pem_private(key: Ed25519PrivateKey) -> bytes:

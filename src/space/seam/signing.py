@@ -1,29 +1,31 @@
 """Node tokens the control plane signs (Ed25519): a short-lived statement naming one node.
 
-A token is a JWS compact serialization (RFC 7515, `alg` EdDSA as in RFC 8037):
-`<header>.<claims>.<signature>`, each part base64url without padding; the claims are
-`{"aud": <node name>, "iat": <unix seconds>, "exp": <unix seconds>}`. The control
-plane holds the private key and mints one token per node (`Signer.tokens_for`); a node
-holds only the public key and accepts a token for itself alone (`verify`).
+A token is a JWT (RFC 7519) signed with EdDSA (RFC 8037), made and parsed by PyJWT:
+`<header>.<claims>.<signature>` with header `{"alg":"EdDSA","typ":"JWT"}` and claims
+`{"aud": <node name>, "iat": <unix seconds>, "exp": <unix seconds>}` — byte for byte
+what earlier releases minted by hand, so nodes and control planes of either kind
+interoperate during an upgrade. The control plane holds the private key and mints one
+token per node (`Signer.tokens_for`); a node holds only the public key and accepts a
+token for itself alone (`verify`).
 
-`verify` checks, in order: the length (at most `MAX_TOKEN` characters, before
-anything is decoded), the exact header this module writes (no algorithm choice is
-left to the token), the signature, then the claims: `aud` is the node's name, `iat`
-is not in the future and `exp` not in the past (each by at most `SKEW` seconds), and
-`exp` is at most `MAX_LIFETIME` after `iat`.
+`verify` checks the length first (at most `MAX_TOKEN` characters, before anything is
+decoded), then hands the token to `jwt.decode` with the algorithm pinned to EdDSA (so
+`none`, and HS256 keyed with the public key, never reach a key), the signature checked,
+`aud`, `iat` and `exp` required and `aud` compared strictly (one string, the node's
+name). The times are checked here, against the injected clock (PyJWT reads the wall
+clock itself and coerces `int()`): `iat` and `exp` are integers, `iat` not in the future
+and `exp` not in the past (each by at most `SKEW` seconds of leeway), `exp` at most
+`MAX_LIFETIME` after `iat`. No `iss` or `sub`: the one signing key is the issuer, and
+`aud` is the whole statement. Every refusal is a `TokenRefused` naming why.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
 
-from cryptography.exceptions import InvalidSignature
+import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.x509 import load_pem_x509_certificate
@@ -36,8 +38,20 @@ MAX_LIFETIME = 900  # the longest `exp - iat` a node accepts
 SKEW = 30  # seconds of clock difference between control plane and node tolerated
 MAX_NAME = 253  # a node name's characters (`SPACE_CLUSTER_NODE_NAME`)
 
-_PART = re.compile(r"[A-Za-z0-9_-]+")
-_HEADER = base64.urlsafe_b64encode(b'{"alg":"EdDSA","typ":"JWT"}').rstrip(b"=").decode()
+_ALGORITHMS = ["EdDSA"]  # never the token's choice
+_OPTIONS: jwt.types.Options = {
+    "require": ["aud", "iat", "exp"],
+    "strict_aud": True,
+    "verify_exp": False,  # checked in `_check_times` against the injected clock
+    "verify_iat": False,
+    "verify_nbf": False,
+}
+_REASONS: tuple[tuple[type[jwt.PyJWTError], str], ...] = (
+    (jwt.InvalidSignatureError, "bad signature"),
+    (jwt.InvalidAlgorithmError, "an algorithm other than EdDSA"),
+    (jwt.InvalidAudienceError, "minted for another node"),
+    (jwt.MissingRequiredClaimError, "aud, iat or exp missing"),
+)
 
 
 class TokenRefused(ValueError):
@@ -75,71 +89,39 @@ def mint(key: Ed25519PrivateKey, audience: str, now: float, lifetime: int = LIFE
     """A token for node `audience`, valid from `now` for `lifetime` seconds."""
     issued = int(now)
     claims = {"aud": audience, "iat": issued, "exp": issued + lifetime}
-    body = f"{_HEADER}.{_encode(json.dumps(claims, separators=(',', ':')).encode())}"
-    return f"{body}.{_encode(key.sign(body.encode()))}"
+    return jwt.encode(claims, key, algorithm="EdDSA")
 
 
 def verify(key: Ed25519PublicKey, token: str, audience: str, now: float) -> None:
     """Nothing if `token` is valid for node `audience` at `now`; else TokenRefused."""
     if len(token) > MAX_TOKEN:
         raise TokenRefused("too long")
-    parts = token.split(".")
-    if len(parts) != 3 or parts[0] != _HEADER:
-        raise TokenRefused("not a token this control plane signs")
     try:
-        key.verify(_decode(parts[2]), f"{parts[0]}.{parts[1]}".encode())
-    except InvalidSignature:
-        raise TokenRefused("bad signature") from None
-    _check(_claims(parts[1]), audience, now)
+        claims = jwt.decode(token, key, algorithms=_ALGORITHMS, audience=audience, options=_OPTIONS)
+    except jwt.PyJWTError as exc:
+        raise TokenRefused(_reason(exc)) from None
+    _check_times(claims, now)
 
 
-@dataclass(frozen=True)
-class _Claims:
-    aud: str
-    iat: int
-    exp: int
+def _reason(exc: jwt.PyJWTError) -> str:
+    """Why PyJWT refused, in words of our own (its messages may quote the token)."""
+    return next((why for kind, why in _REASONS if isinstance(exc, kind)), "malformed")
 
 
-def _claims(part: str) -> _Claims:
-    try:
-        data = json.loads(_decode(part))
-    except ValueError:
-        raise TokenRefused("claims are not JSON") from None
-    if not isinstance(data, dict) or set(data) != {"aud", "iat", "exp"}:
-        raise TokenRefused("claims are not aud, iat and exp")
-    aud, iat, exp = data["aud"], data["iat"], data["exp"]
-    if not (isinstance(aud, str) and _integer(iat) and _integer(exp)):
-        raise TokenRefused("claims have the wrong types")
-    return _Claims(aud, iat, exp)
+def _check_times(claims: dict[str, Any], now: float) -> None:
+    iat, exp = claims["iat"], claims["exp"]
+    if not (_integer(iat) and _integer(exp)):
+        raise TokenRefused("iat and exp are not integers")
+    if exp - iat > MAX_LIFETIME or exp < iat:
+        raise TokenRefused("lifetime out of bounds")
+    if iat > now + SKEW:
+        raise TokenRefused("issued in the future")
+    if exp <= now - SKEW:
+        raise TokenRefused("expired")
 
 
 def _integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check(claims: _Claims, audience: str, now: float) -> None:
-    if claims.aud != audience:
-        raise TokenRefused("minted for another node")
-    if claims.exp - claims.iat > MAX_LIFETIME or claims.exp < claims.iat:
-        raise TokenRefused("lifetime out of bounds")
-    if claims.iat > now + SKEW:
-        raise TokenRefused("issued in the future")
-    if claims.exp <= now - SKEW:
-        raise TokenRefused("expired")
-
-
-def _encode(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _decode(part: str) -> bytes:
-    """Strict base64url without padding; TokenRefused for anything else."""
-    if not _PART.fullmatch(part) or len(part) % 4 == 1:
-        raise TokenRefused("malformed")
-    try:
-        return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
-    except (binascii.Error, ValueError):
-        raise TokenRefused("malformed") from None
 
 
 class Signer:

@@ -48,9 +48,11 @@ def device(name: str) -> Entry:
     return Entry(name, kind=tarfile.CHRTYPE)
 
 
-def layer_tar(entries: Iterable[Entry]) -> bytes:
+def layer_tar(entries: Iterable[Entry], tar_format: int = tarfile.PAX_FORMAT) -> bytes:
+    """A layer in pax format (long names in pax records), or `tarfile.GNU_FORMAT`
+    (`././@LongLink` members)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with tarfile.open(fileobj=buf, mode="w", format=tar_format) as tar:
         for e in entries:
             info = tarfile.TarInfo(e.name)
             info.type, info.linkname, info.mode = e.kind, e.link, e.mode

@@ -155,3 +155,58 @@ def test_bounds_on_members_bytes_and_paths(root: Path) -> None:
 def test_a_stream_that_is_not_tar_is_named(root: Path) -> None:
     with pytest.raises(ImageError, match="layer 1: not a readable tar"):
         apply_layer(root, io.BytesIO(b"\x01" * 1024), Budget(Limits()), "layer 1")
+
+
+def test_a_whiteout_in_a_missing_directory_makes_nothing(root: Path) -> None:
+    """Found against umoci (`test_layers_umoci.py`): whiteouts made their parents."""
+    _apply(root, [file("a")], [file("x/y/.wh.z"), file("p/.wh..wh..opq")])
+    assert sorted(p.name for p in root.iterdir()) == ["a"]
+
+
+def test_a_device_member_removes_what_was_there(root: Path) -> None:
+    """Found against umoci: a device over a lower file left the file in place."""
+    _apply(root, [file("null", "x"), directory("d"), file("d/f")], [device("null"), device("d")])
+    assert list(root.iterdir()) == []
+
+
+@pytest.mark.parametrize("entry", [file("."), symlink(".", "/etc"), hardlink("./", "a")])
+def test_a_non_directory_naming_the_root_is_refused(root: Path, entry: Entry) -> None:
+    """Found against umoci: a file named `.` chmod-ed and chown-ed the root as its own."""
+    with pytest.raises(ImageError, match="the root a non-directory"):
+        _apply(root, [file("a")], [entry])
+    assert os.stat(root).st_mode & 0o777 == 0o755
+
+
+def test_an_os_refusal_is_an_image_error_naming_the_member(root: Path) -> None:
+    """Found against umoci: a name past NAME_MAX escaped as a bare OSError."""
+    with pytest.raises(ImageError, match="member 'nnn.*File name too long"):
+        _apply(root, [file("n" * 256)])
+
+
+def test_a_whiteout_in_the_layer_that_declares_its_dir_again_hides_the_lower_content(
+    root: Path,
+) -> None:
+    """Found against umoci: `d/`, `d/b`, `.wh.d` in one layer kept the lower `d/a` (and an
+    opaque dir kept lower files in a subdirectory the layer declared again)."""
+    lower = [directory("d"), file("d/a"), directory("app"), directory("app/sub"), file("app/sub/f")]
+    upper = [directory("d"), file("d/b"), file(".wh.d"), directory("app/sub"), file("app/sub/g"),
+             file("app/.wh..wh..opq")]  # fmt: skip
+    _apply(root, lower, upper)
+    assert [p.name for p in (root / "d").iterdir()] == ["b"]
+    assert [p.name for p in (root / "app/sub").iterdir()] == ["g"]
+
+
+def test_an_xattr_name_with_a_nul_is_an_image_error(root: Path) -> None:
+    """Found against umoci: it escaped as a bare ValueError."""
+    with pytest.raises(ImageError, match="member 'f': embedded null byte"):
+        _apply(root, [file("f", "x", pax={"SCHILY.xattr.user.a\x00b": "v"})])
+
+
+def test_an_empty_pax_xattr_is_no_xattr(root: Path) -> None:
+    """Found against umoci: POSIX pax reads an empty value as no record; SPACE set one."""
+    try:
+        os.setxattr(root, "user.probe", b"1")
+    except OSError:
+        pytest.skip("this filesystem has no user xattrs")
+    _apply(root, [file("f", "x", pax={"SCHILY.xattr.user.e": "", "SCHILY.xattr.user.f": "1"})])
+    assert os.listxattr(root / "f") == ["user.f"]
