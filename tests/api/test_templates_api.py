@@ -288,10 +288,11 @@ def _fan_out() -> dict[str, Any]:
 async def test_a_recipe_past_a_bound_is_422_at_submission_naming_the_line(
     client: httpx.AsyncClient, db: Database, fields: dict[str, Any], says: str
 ) -> None:
-    """Issue 27 must-show 2: refused before it is queued, within a second."""
+    """Issue 27 must-show 2: refused before it is queued (the one-second figure is
+    `tests/recipes/test_recipe_load_vm.py`'s, measured alone; here it is a timeout)."""
     started = time.monotonic()
     response = await client.post("/v1/templates", json={"name": "mytpl"} | fields)
-    assert time.monotonic() - started < 1.0, "a timeout, not a benchmark"
+    assert time.monotonic() - started < 10.0, "a timeout, not a benchmark"
     error = response.json()["error"]
     assert (response.status_code, error["code"], error["field"]) == (
         422,

