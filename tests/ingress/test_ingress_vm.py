@@ -21,7 +21,7 @@ from playwright.sync_api import sync_playwright
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Request, TextMessage
 
-from tests.console.conftest import CHROMIUM, FLAGS
+from tests.api.console.conftest import CHROMIUM, FLAGS
 from tests.e2e.conftest import _host_reason
 from tests.e2e.server import SpaceServer
 

@@ -11,6 +11,7 @@ from prometheus_client.registry import Collector
 from space.api import e2b
 from space.api.audit_copy import AuditCopy
 from space.api.bootstrap import open_database
+from space.api.console import routes as console
 from space.api.credential_push import CredentialPush
 from space.api.credential_service import CredentialService
 from space.api.errors import install_error_handlers
@@ -35,7 +36,6 @@ from space.api.routes import templates as template_routes
 from space.api.sandbox_service import SandboxService
 from space.api.state import AppState
 from space.config import Settings
-from space.console import routes as console
 from space.control.builds import BuildLimits
 from space.control.controller import AfterPass, Controller
 from space.control.expiry import Activity

@@ -7,28 +7,17 @@ is enforced by `space.api.limits` before and while the body streams in.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import PurePosixPath
-from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from space.api.deps import DataPlaneDep, StateDep, require_running
 from space.api.downloads import download_headers
 from space.api.errors import ApiError
-from space.api.schemas import MAX_PATH_CHARS, MAX_PATH_COMPONENT_CHARS
+from space.api.paths import PathQuery, checked_path
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}/files", tags=["files"])
 
-PathQuery = Annotated[
-    str,
-    Query(
-        min_length=1,
-        max_length=MAX_PATH_CHARS,
-        pattern=r"^/[^\x00]*$",
-        description="absolute path in the sandbox",
-    ),
-]
 
 _NODE_FILE_ERRORS: list[tuple[type[OSError], int, str]] = [
     (FileNotFoundError, 404, "file_not_found"),
@@ -36,30 +25,6 @@ _NODE_FILE_ERRORS: list[tuple[type[OSError], int, str]] = [
     (NotADirectoryError, 400, "not_a_directory"),
     (PermissionError, 403, "permission_denied"),
 ]
-
-
-def checked_path(path: str) -> str:
-    """An absolute path without `..` or NUL, within the length bounds, else 422 naming `path`."""
-    problem = path_problem(path)
-    if problem is not None:
-        raise ApiError(422, "invalid_path", f"path: {problem}", "path")
-    return path
-
-
-def path_problem(path: str) -> str | None:
-    """Why `path` is not a usable file path in a sandbox, or None."""
-    if not path.startswith("/"):
-        return "must be absolute"
-    if "\x00" in path:
-        return "must not contain NUL"
-    if len(path) > MAX_PATH_CHARS:
-        return f"must be at most {MAX_PATH_CHARS} characters"
-    parts = PurePosixPath(path).parts
-    if ".." in parts:
-        return "must not contain `..`"
-    if any(len(part.encode()) > MAX_PATH_COMPONENT_CHARS for part in parts[1:]):
-        return f"each component must be at most {MAX_PATH_COMPONENT_CHARS} bytes"
-    return None
 
 
 def _file_error(exc: OSError, path: str) -> ApiError:

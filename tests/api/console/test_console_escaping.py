@@ -10,8 +10,8 @@ import pytest
 from playwright.sync_api import BrowserContext, expect
 
 from space.seam.values import EgressRecord
+from tests.api.console.conftest import Shots, login
 from tests.conftest import ServerThread
-from tests.console.conftest import Shots, login
 from tests.control.fakes import FakeNode
 
 pytestmark = pytest.mark.console

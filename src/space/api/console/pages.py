@@ -11,9 +11,9 @@ import jinja2
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
+from space.api.console.assets import assets_dir, missing_vendor
+from space.api.console.headers import CSP, TERMINAL_CSP, security_headers
 from space.config import Settings
-from space.console.assets import assets_dir, missing_vendor
-from space.console.headers import CSP, TERMINAL_CSP, security_headers
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 
@@ -23,7 +23,7 @@ SandboxId = Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 @cache
 def _templates() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("space.console", "templates"),
+        loader=jinja2.PackageLoader("space.api.console", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )

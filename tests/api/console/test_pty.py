@@ -15,8 +15,8 @@ from space.api.routes.pty import SUBPROTOCOL
 from space.config import KeysConfig, Settings
 from space.seam.errors import NodeError
 from space.seam.values import ProcessEvent
+from tests.api.console.wsclient import Rejected, WsClient
 from tests.conftest import ServerThread
-from tests.console.wsclient import Rejected, WsClient
 from tests.control.fakes import FakeCommand, FakeNode
 
 

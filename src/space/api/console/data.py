@@ -25,7 +25,7 @@ from space.api.deps import (
     require_running,
 )
 from space.api.errors import ApiError
-from space.api.routes.files import PathQuery, checked_path
+from space.api.paths import PathQuery, checked_path
 from space.seam.values import SandboxSpec
 from space.store.commands import CommandRepo
 

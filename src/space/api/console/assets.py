@@ -15,9 +15,9 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, Response
 
+from space.api.console.headers import security_headers
 from space.api.errors import ApiError
 from space.config import Settings
-from space.console.headers import security_headers
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 
@@ -45,7 +45,7 @@ def missing_vendor(settings: Settings) -> list[Path]:
 async def static(name: str) -> Response:
     if not _STATIC_NAME.match(name):
         raise ApiError(404, "not_found", f"no console asset {name!r}")
-    asset = resources.files("space.console").joinpath("static", name)
+    asset = resources.files("space.api.console").joinpath("static", name)
     if not asset.is_file():
         raise ApiError(404, "not_found", f"no console asset {name!r}")
     return Response(

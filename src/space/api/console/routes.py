@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from space.console import assets, data, pages
+from space.api.console import assets, data, pages
 
 router = APIRouter()
 for _module in (pages, assets, data):

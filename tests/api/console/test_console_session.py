@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 from playwright.sync_api import BrowserContext, expect
 
+from tests.api.console.conftest import Shots, login
 from tests.conftest import ServerThread
-from tests.console.conftest import Shots, login
 
 pytestmark = pytest.mark.console
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
-from tests.console.conftest import Shots, login
+from tests.api.console.conftest import Shots, login
 from tests.e2e.server import SpaceServer
 
 pytestmark = [pytest.mark.console, pytest.mark.vm, pytest.mark.netns]
