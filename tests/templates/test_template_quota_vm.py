@@ -46,8 +46,14 @@ def rewrite_blob(http: httpx.Client, sandbox_id: str) -> None:
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)
 def test_a_snapshot_loop_stops_at_the_quota_and_deleting_gives_the_bytes_back(
     space_server: ServerFactory,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
-    server = space_server(SPACE_NODE_WARM_POOL="{}", SPACE_QUOTA_TEMPLATE_VERSIONS=str(QUOTA))
+    cache = private_cache(tmp_path / "cache")  # its snapshots are seen by its node only
+    server = space_server(
+        SPACE_CACHE_DIR=str(cache),
+        SPACE_NODE_WARM_POOL="{}",
+        SPACE_QUOTA_TEMPLATE_VERSIONS=str(QUOTA),
+    )
     server.start()
     pool = server.data_dir / "pool"
     with server.client(timeout=300) as http:
