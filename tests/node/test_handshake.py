@@ -32,7 +32,7 @@ class _Agent:
 def _sandbox(agent: _Agent) -> Sandbox:
     sandbox = Sandbox(SandboxRecord("sbone", "base", "digest", 256, 1, env={"A": "1"}))
     sandbox.agent = agent  # type: ignore[assignment]
-    sandbox.state = "running"
+    sandbox.become("running")
     return sandbox
 
 

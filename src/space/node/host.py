@@ -122,7 +122,7 @@ class NodeHost:
             await self.teardown(slot, sandbox)
         except Exception as exc:
             if sandbox is not None:  # a retried delete finds what is left by its slot
-                sandbox.state, sandbox.reason = "stopped", f"delete failed: {exc}"
+                sandbox.become("stopped", f"delete failed: {exc}")
                 self.sandboxes[sandbox_id] = sandbox
             raise
 

@@ -250,7 +250,7 @@ class LocalNode:
                 await driver.resume(vm)
             agent.release_keepalive()
             raise
-        sandbox.state = "paused"
+        sandbox.become("paused")
 
     async def resume_sandbox(self, sandbox_id: str) -> None:
         sandbox = self.sandbox(sandbox_id)
@@ -261,10 +261,10 @@ class LocalNode:
         if sandbox.agent is None:  # adopted while paused by a restarted node
             await sandbox.connect_agent(self._host.agent_timeout)
             await self._host.rejoin_gateway(sandbox)
-            sandbox.state = "running"
+            sandbox.become("running")
         else:
             sandbox.agent.release_keepalive()
-            sandbox.state = "running"
+            sandbox.become("running")
             await sandbox.agent.health()  # re-makes the connection if it died meanwhile
 
     async def suspend_sandbox(self, sandbox_id: str) -> None:
@@ -282,7 +282,7 @@ class LocalNode:
             await self._recover_from_failed_suspend(sandbox, vm)
             raise
         self._host.save(sandbox, sandbox.record.with_power(suspended=True))
-        sandbox.state, sandbox.reason = "suspended", None  # its sealed snapshot is what counts
+        sandbox.become("suspended", None)  # its sealed snapshot is what counts
         try:
             await sandbox.close()
             await snapshotter.driver.stop(vm)  # ends the VM even when a step fails
@@ -305,15 +305,14 @@ class LocalNode:
                 return
             except VmmError as exc:
                 log.error("sandbox %s: its VM did not run again: %s", sandbox.sandbox_id, exc)
-                sandbox.state = "error"  # unless a previous snapshot keeps it below
-                sandbox.reason = f"suspend failed and its VM did not run again: {exc}"
+                reason = f"suspend failed and its VM did not run again: {exc}"
+                sandbox.become("error", reason)  # unless a previous snapshot keeps it below
         if snapshotter.store.latest(sandbox.record.slot) is not None:
             await sandbox.close()
             await snapshotter.driver.stop(vm)
             sandbox.vm = None
             self._host.save(sandbox, sandbox.record.with_power(suspended=True))
-            sandbox.state = "suspended"
-            sandbox.reason = "suspend failed; restorable from the previous snapshot"
+            sandbox.become("suspended", "suspend failed; restorable from the previous snapshot")
 
     async def restore_sandbox(self, sandbox_id: str) -> None:
         """Bring a suspended sandbox back from its newest sealed snapshot."""

@@ -66,7 +66,7 @@ class Moves:
         record = _moved_record(sandbox_id, fetched.record)
         sandbox = Sandbox(record)
         self._host.save(sandbox, record)
-        sandbox.state = "suspended"
+        sandbox.become("suspended")
         self._host.sandboxes[sandbox_id] = sandbox
         log.info("sandbox %s: adopted from the shared snapshot store", sandbox_id)
         return sandbox.observation()

@@ -129,7 +129,7 @@ class Provisioning:
         return network
 
     async def _failed(self, sandbox: Sandbox, what: str, exc: BaseException) -> None:
-        sandbox.state, sandbox.reason = "error", f"{what} failed: {exc}"
+        sandbox.become("error", f"{what} failed: {exc}")
         await self._host.destroy(sandbox.sandbox_id)
 
     async def _boot(self, sandbox: Sandbox, network: SandboxNetwork) -> None:
@@ -141,7 +141,7 @@ class Provisioning:
         except AgentError as exc:
             raise BootFailed(sandbox.sandbox_id, str(exc), _tail(vm.config.console_log)) from exc
         await sandbox.personalise(self._host.egress.trust_calls(sandbox.record.slot))
-        sandbox.state = "running"
+        sandbox.become("running")
 
     async def claim(self, entry: Sandbox, spec: SandboxSpec) -> SandboxObservation:
         """Hand a warm VM to `spec.sandbox_id`: its record saved and its egress policy
@@ -202,7 +202,7 @@ class Provisioning:
             raise BootFailed(sandbox.sandbox_id, str(exc), _tail(vm.config.console_log)) from exc
         slot = sandbox.record.slot
         await sandbox.personalise(self._host.egress.trust_calls(slot) if trust else ())
-        sandbox.state = "running"
+        sandbox.become("running")
 
     async def _base_snapshot(self, image: TemplateImage, record: SandboxRecord) -> Path:
         """The template's base snapshot (a booted VM with its agent ready), made once."""

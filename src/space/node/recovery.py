@@ -55,7 +55,7 @@ class Recovery:
             except Exception as exc:  # one bad record never stops the sweep
                 log.exception("startup sweep: %s cannot be recovered, going on", record.slot)
                 if (sandbox := self._host.sandboxes.get(record.sandbox_id)) is not None:
-                    sandbox.state, sandbox.reason = "error", f"recovery failed: {exc}"
+                    sandbox.become("error", f"recovery failed: {exc}")
 
         await asyncio.gather(*(recover(record) for record in known))
         kept = {r.slot for r in known if r.claimed and not (r.deleting or r.forking)}
@@ -75,13 +75,12 @@ class Recovery:
                 log.info("sandbox %s: ending the VM of a suspended record", record.sandbox_id)
                 await snapshotter.driver.stop(vm)
             if not await self._restorable(sandbox):
-                sandbox.state = "stopped"
-                sandbox.reason = "its VM was not running when the node started"
+                sandbox.become("stopped", "its VM was not running when the node started")
             return
         sandbox.watch(vm)
         if record.paused:
             await snapshotter.driver.pause(vm)  # a resume cut short before its record
-            sandbox.state = "paused"
+            sandbox.become("paused")
             return
         try:
             await self._resume(vm)  # finishes an interrupted suspend or pause
@@ -92,8 +91,7 @@ class Recovery:
             if await self._restorable(sandbox):
                 return
             raise
-        settings = self._config
-        sandbox.state = "creating"  # until its agent answers; the node serves meanwhile
+        settings = self._config  # it stays `creating` until its agent answers; the node serves on
 
         async def handshake() -> None:
             deadline = time.monotonic() + settings.agent_deadline
@@ -104,7 +102,7 @@ class Recovery:
                         await sandbox.connect_agent(timeout=attempt)
                         await sandbox.personalise()  # a claim cut short was never personalised
                     await self._host.rejoin_gateway(sandbox)
-                    sandbox.state = "running"
+                    sandbox.become("running")
                     return
                 except (AgentError, TimeoutError) as exc:
                     if sandbox.agent is not None:
@@ -112,8 +110,7 @@ class Recovery:
                         sandbox.agent = None
                     left = deadline - time.monotonic()
                     if left <= pause:
-                        sandbox.state = "error"
-                        sandbox.reason = f"agent did not answer after adoption: {exc}"
+                        sandbox.become("error", f"agent did not answer after adoption: {exc}")
                         return
                     log.warning(
                         "sandbox %s: agent not answering after adoption (%s), retry in %.1fs",
@@ -151,7 +148,7 @@ class Recovery:
         shutil.rmtree(self._host.run_dir / record.slot, ignore_errors=True)
         if not record.suspended:
             self._host.save(sandbox, record.with_power(suspended=True))
-        sandbox.state = "suspended"  # restorable from its last sealed snapshot
+        sandbox.become("suspended")  # restorable from its last sealed snapshot
         return True
 
     async def _remove_orphans(self, known: set[str]) -> None:

@@ -9,7 +9,9 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import EllipsisType
 
+from space.node import states
 from space.node.agent import AgentClient, calls
 from space.node.agent.calls import AgentCall
 from space.node.records import SandboxRecord
@@ -27,7 +29,7 @@ class Sandbox:
     record: SandboxRecord
     vm: VmHandle | None = None
     agent: AgentClient | None = None
-    state: ObservedState = "creating"
+    _state: ObservedState = "creating"
     reason: str | None = None
     stopping: bool = False
     handshake: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -37,6 +39,19 @@ class Sandbox:
     @property
     def sandbox_id(self) -> str:
         return self.record.sandbox_id
+
+    @property
+    def state(self) -> ObservedState:
+        """What the node last saw it doing; changed only by `become`."""
+        return self._state
+
+    def become(self, state: ObservedState, reason: str | None | EllipsisType = ...) -> None:
+        """Move to `state`, checked against `node/states.py` (`NodeStateError` if the
+        table has no such move), and to `reason` when one is given."""
+        states.check(self.sandbox_id or self.record.slot, self._state, state)
+        self._state = state
+        if not isinstance(reason, EllipsisType):
+            self.reason = reason
 
     def observation(self) -> SandboxObservation:
         return SandboxObservation(self.sandbox_id, self.state, self.record.template, self.reason)
@@ -57,8 +72,7 @@ class Sandbox:
         status = await vm.wait()
         if self.stopping:
             return
-        self.state = "error"
-        self.reason = f"VMM process {vm.pid} exited unexpectedly ({_describe(status)})"
+        self.become("error", f"VMM process {vm.pid} exited unexpectedly ({_describe(status)})")
         log.error("sandbox %s: %s", self.sandbox_id, self.reason)
         if self.agent is not None:
             await self.agent.close()
@@ -87,7 +101,7 @@ class Sandbox:
                     await self.personalise()
             except Exception as exc:
                 if not self.stopping:
-                    self.state, self.reason = "error", f"personalisation failed: {exc!r}"
+                    self.become("error", f"personalisation failed: {exc!r}")
                     log.error("sandbox %s: %s", self.sandbox_id, self.reason)
 
         self.handshake = spawn(run(), name=f"personalise-{self.sandbox_id}")
