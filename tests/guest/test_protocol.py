@@ -12,10 +12,12 @@ from space.guest.protocol import (
     HEADER_SIZE,
     MAGIC,
     MAX_PAYLOAD,
+    BadRequest,
     ErrorCode,
     FrameDecoder,
     FrameError,
     FrameType,
+    StartRequest,
     choose_generation,
     encode,
     encode_json,
@@ -105,3 +107,45 @@ def test_generation_choice() -> None:
     assert choose_generation([1, 2, 3], (1, 2)) == 2
     assert choose_generation([7], (1,)) is None
     assert choose_generation([], (1,)) is None
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        StartRequest(cmd="echo hi"),
+        StartRequest(
+            args=("/bin/echo", "a b"),
+            env={"A": "1"},
+            cwd="/tmp",
+            user="nobody",
+            timeout=2.5,
+            pty=(24, 80),
+            stdin_pipe=False,
+        ),
+    ],
+)
+def test_a_start_request_is_the_same_after_the_wire(request_: StartRequest) -> None:
+    body = json.loads(json.dumps(request_.to_body()))
+    assert body["op"] == "start"
+    assert StartRequest.from_body(body) == request_
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({}, "exactly one of 'cmd'"),
+        ({"cmd": "x", "args": ["y"]}, "exactly one of 'cmd'"),
+        ({"args": []}, "exactly one of 'cmd'"),
+        ({"args": ["a", 1]}, "exactly one of 'cmd'"),
+        ({"cmd": "x", "env": {"A=B": "1"}}, "'env' must map names to strings"),
+        ({"cmd": "x", "cwd": "tmp"}, "'cwd' must be an absolute path"),
+        ({"cmd": "x", "cwd": 1}, "'cwd' must be a string"),
+        ({"cmd": "x", "timeout": 0}, "'timeout' must be a positive number"),
+        ({"cmd": "x", "timeout": True}, "'timeout' must be a positive number"),
+        ({"cmd": "x", "pty": [0, 80]}, r"'pty' must be \[rows, cols\]"),
+        ({"cmd": "x", "stdin": "yes"}, "'stdin' must be true"),
+    ],
+)
+def test_a_start_body_that_is_wrong_says_what(body: dict[str, object], says: str) -> None:
+    with pytest.raises(BadRequest, match=says):
+        StartRequest.from_body(body)

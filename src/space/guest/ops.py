@@ -6,7 +6,7 @@ import errno
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from space.guest.protocol import ErrorCode
+from space.guest.protocol import BadRequest, ErrorCode, env_of
 
 if TYPE_CHECKING:
     from space.guest.channel import Channel
@@ -71,16 +71,7 @@ def arg_int(body: Body, key: str, default: int | None = None) -> int:
 
 def arg_env(body: Body, key: str = "env") -> dict[str, str]:
     """An environment: names (non-empty, no `=`) to strings; absent is empty."""
-    env = body.get(key) or {}
-    if not isinstance(env, dict) or not all(
-        isinstance(k, str) and k and "=" not in k and isinstance(v, str) for k, v in env.items()
-    ):
-        raise OpError(ErrorCode.INVALID, f"{key!r} must map names to strings")
-    return dict(env)
-
-
-def arg_opt_str(body: Body, key: str) -> str | None:
-    value = body.get(key)
-    if value is not None and not isinstance(value, str):
-        raise OpError(ErrorCode.INVALID, f"{key!r} must be a string")
-    return value
+    try:
+        return env_of(body, key)
+    except BadRequest as exc:
+        raise OpError(ErrorCode.INVALID, str(exc)) from None

@@ -48,7 +48,7 @@ class SpawnSpec:
     user: str | None = None
     timeout: float | None = None
     pty: tuple[int, int] | None = None
-    stdin: bool = True  # False: /dev/null
+    stdin_pipe: bool = True  # False: /dev/null
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ class ManagedProcess:
                 self._outputs = [(FrameType.STDOUT, master)]
                 stdio = (slave, slave, slave)
             else:
-                if spec.stdin:
+                if spec.stdin_pipe:
                     in_r, self._stdin = os.pipe2(os.O_CLOEXEC)
                 else:
                     in_r = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)

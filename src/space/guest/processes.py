@@ -15,9 +15,9 @@ import os
 import signal
 
 from space.guest.channel import Channel
-from space.guest.ops import Body, Handler, OpError, arg_env, arg_int, arg_opt_str
+from space.guest.ops import Body, Handler, OpError, arg_int
 from space.guest.process import ManagedProcess, SpawnSpec
-from space.guest.protocol import ErrorCode, FrameType
+from space.guest.protocol import BadRequest, ErrorCode, FrameType, StartRequest
 from space.guest.tasks import TaskSet
 
 log = logging.getLogger(__name__)
@@ -89,41 +89,19 @@ class ProcessTable:
 
 
 def parse_spec(body: Body) -> SpawnSpec:
-    cmd, args = body.get("cmd"), body.get("args")
-    if isinstance(cmd, str) and cmd and args is None:
-        argv = ["/bin/sh", "-c", cmd]
-    elif cmd is None and isinstance(args, list) and args and all(isinstance(a, str) for a in args):
-        argv = [str(a) for a in args]
-    else:
-        raise OpError(ErrorCode.INVALID, "give exactly one of 'cmd' (string) or 'args' (list)")
-    env = arg_env(body)
-    cwd = arg_opt_str(body, "cwd")
-    if cwd is not None and not cwd.startswith("/"):
-        raise OpError(ErrorCode.INVALID, "'cwd' must be an absolute path", cwd)
-    timeout = body.get("timeout")
-    if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
-        raise OpError(ErrorCode.INVALID, "'timeout' must be a positive number of seconds")
-    pty = body.get("pty")
-    if pty is not None:
-        if not (
-            isinstance(pty, list)
-            and len(pty) == 2
-            and all(isinstance(n, int) and 0 < n < 65536 for n in pty)
-        ):
-            raise OpError(ErrorCode.INVALID, "'pty' must be [rows, cols]")
-        pty = (pty[0], pty[1])
-    stdin = body.get("stdin", True)
-    if not isinstance(stdin, bool):
-        raise OpError(ErrorCode.INVALID, "'stdin' must be true (a pipe) or false (/dev/null)")
+    try:
+        start = StartRequest.from_body(body)
+    except BadRequest as exc:
+        raise OpError(ErrorCode.INVALID, str(exc), exc.path) from None
     return SpawnSpec(
-        argv=argv,
-        stdin=stdin,
-        cmd=cmd if isinstance(cmd, str) else None,
-        env=dict(env),
-        cwd=cwd,
-        user=arg_opt_str(body, "user"),
-        timeout=float(timeout) if timeout is not None else None,
-        pty=pty,
+        argv=start.argv(),
+        stdin_pipe=start.stdin_pipe,
+        cmd=start.cmd,
+        env=dict(start.env),
+        cwd=start.cwd,
+        user=start.user,
+        timeout=start.timeout,
+        pty=start.pty,
     )
 
 

@@ -36,7 +36,7 @@ import json
 import struct
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MAGIC = b"\xe5SPc"
 HEADER = struct.Struct("!4sBIIII")
@@ -91,6 +91,14 @@ class ErrorCode(enum.StrEnum):
     FRAME_TOO_LARGE = "frame_too_large"
     BAD_FRAME = "bad_frame"
     INTERNAL = "internal"
+
+
+class BadRequest(ValueError):
+    """A REQUEST body that does not hold what its op needs (answered `invalid`)."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class FrameError(Exception):
@@ -222,3 +230,97 @@ def choose_generation(offered: list[int], supported: tuple[int, ...] = GENERATIO
     """The newest generation both sides speak, or None."""
     common = set(offered) & set(supported)
     return max(common) if common else None
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """The `start` op: one process for the agent to spawn and follow. Exactly one of
+    `cmd` (run by `/bin/sh -c`) and `args` (an argv); `stdin_pipe`: the process reads
+    the host's STDIN frames (True) or /dev/null (False); `pty`: `(rows, cols)`."""
+
+    cmd: str | None = None
+    args: tuple[str, ...] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    user: str | None = None
+    timeout: float | None = None
+    pty: tuple[int, int] | None = None
+    stdin_pipe: bool = True
+
+    def argv(self) -> list[str]:
+        return ["/bin/sh", "-c", self.cmd] if self.cmd is not None else list(self.args or ())
+
+    def to_body(self) -> dict[str, object]:
+        body: dict[str, object] = {"op": "start", "env": dict(self.env), "stdin": self.stdin_pipe}
+        optional = {
+            "cmd": self.cmd,
+            "args": list(self.args) if self.args is not None else None,
+            "cwd": self.cwd,
+            "timeout": self.timeout,
+            "pty": list(self.pty) if self.pty is not None else None,
+            "user": self.user,
+        }
+        body.update((k, v) for k, v in optional.items() if v is not None)
+        return body
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, object]) -> StartRequest:
+        """The request a `start` body holds; `BadRequest` naming what is wrong."""
+        cmd, args = body.get("cmd"), body.get("args")
+        argv = isinstance(args, list) and args and all(isinstance(a, str) for a in args)
+        if not (isinstance(cmd, str) and cmd and args is None) and not (cmd is None and argv):
+            raise BadRequest("give exactly one of 'cmd' (string) or 'args' (list)")
+        cwd, user = _optional_str(body, "cwd"), _optional_str(body, "user")
+        if cwd is not None and not cwd.startswith("/"):
+            raise BadRequest("'cwd' must be an absolute path", cwd)
+        timeout = _timeout(body.get("timeout"))
+        stdin_pipe = body.get("stdin", True)
+        if not isinstance(stdin_pipe, bool):
+            raise BadRequest("'stdin' must be true (a pipe) or false (/dev/null)")
+        return cls(
+            cmd=cmd if isinstance(cmd, str) else None,
+            args=tuple(str(a) for a in args) if isinstance(args, list) else None,
+            env=env_of(body),
+            cwd=cwd,
+            user=user,
+            timeout=timeout,
+            pty=_pty(body.get("pty")),
+            stdin_pipe=stdin_pipe,
+        )
+
+
+def _optional_str(body: Mapping[str, object], key: str) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"{key!r} must be a string")
+    return value
+
+
+def env_of(body: Mapping[str, object], key: str = "env") -> dict[str, str]:
+    """An environment: names (non-empty, no `=`) to strings; absent is empty."""
+    env = body.get(key) or {}
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and k and "=" not in k and isinstance(v, str) for k, v in env.items()
+    ):
+        raise BadRequest(f"{key!r} must map names to strings")
+    return dict(env)
+
+
+def _timeout(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise BadRequest("'timeout' must be a positive number of seconds")
+    return float(timeout)
+
+
+def _pty(pty: object) -> tuple[int, int] | None:
+    if pty is None:
+        return None
+    if not (
+        isinstance(pty, list)
+        and len(pty) == 2
+        and all(isinstance(n, int) and 0 < n < 65536 for n in pty)
+    ):
+        raise BadRequest("'pty' must be [rows, cols]")
+    return (pty[0], pty[1])

@@ -127,7 +127,7 @@ class AgentOps:
         with as_oserror(request.cwd or (request.args or ("",))[0]):
             agent = await self._agent(sandbox_id)
             launch, user = self._with_defaults(sandbox_id, request, user, sandbox_env=False)
-            return await agent.start(launch, user=user, stdin=stdin)
+            return await agent.start(launch, user=user, stdin_pipe=stdin)
 
     async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
         agent = await self._agent(sandbox_id)

@@ -137,7 +137,9 @@ async def test_a_slow_consumer_of_an_honest_agent_is_not_cut_off(
     agent_client: AgentClient,
 ) -> None:
     """The real agent keeps to its window even when the host reads slowly."""
-    process = await agent_client.start(ExecRequest(cmd="head -c 6000000 /dev/zero"), stdin=False)
+    process = await agent_client.start(
+        ExecRequest(cmd="head -c 6000000 /dev/zero"), stdin_pipe=False
+    )
     total = 0
     async for event in process.events():
         total += len(event.data)

@@ -29,7 +29,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Sequen
 from pathlib import Path
 from types import TracebackType
 
-from space.guest.protocol import GENERATIONS, FrameType
+from space.guest.protocol import GENERATIONS, FrameType, StartRequest
 from space.node.agent.calls import BATCH_GENERATION, AgentCall
 from space.node.agent.channel import reply_result
 from space.node.agent.connection import Connection
@@ -214,23 +214,20 @@ class AgentClient:
     # -- processes -----------------------------------------------------------------
 
     async def start(
-        self, request: ExecRequest, *, user: str | None = None, stdin: bool = True
+        self, request: ExecRequest, *, user: str | None = None, stdin_pipe: bool = True
     ) -> AgentProcess:
         """Start a command. `request.stdin`, if given, is written and stdin closed;
-        otherwise stdin stays open for `write_stdin` (`stdin=False`: /dev/null)."""
-        body: dict[str, object] = {"op": "start", "env": request.env, "stdin": stdin}
-        if request.cmd is not None:
-            body["cmd"] = request.cmd
-        if request.args is not None:
-            body["args"] = list(request.args)
-        if request.cwd is not None:
-            body["cwd"] = request.cwd
-        if request.timeout is not None:
-            body["timeout"] = request.timeout
-        if request.pty is not None:
-            body["pty"] = list(request.pty)
-        if user is not None:
-            body["user"] = user
+        otherwise stdin stays open for `write_stdin` (`stdin_pipe=False`: /dev/null)."""
+        body = StartRequest(
+            cmd=request.cmd,
+            args=request.args,
+            env=request.env,
+            cwd=request.cwd,
+            user=user,
+            timeout=request.timeout,
+            pty=request.pty,
+            stdin_pipe=stdin_pipe,
+        ).to_body()
         process = await AgentProcess.open(await self._live(), body)
         if request.stdin is not None:
             await process.write_stdin(request.stdin)
@@ -241,7 +238,7 @@ class AgentClient:
         """Run a command to completion; stdin is empty unless `request.stdin` is set.
         Each stream keeps its first `request.output_limit` (default: the client's
         `output_limit`) bytes; the rest is counted."""
-        process = await self.start(request, user=user, stdin=request.stdin is not None)
+        process = await self.start(request, user=user, stdin_pipe=request.stdin is not None)
         limit = request.output_limit if request.output_limit is not None else self.output_limit
         with _Spool(limit) as stdout, _Spool(limit) as stderr:
             async for event in process.events():
