@@ -71,7 +71,7 @@ class DirectoryNode:
 
 def main() -> int:
     node = DirectoryNode(Path(sys.argv[1]), float(os.environ["SPACE_TEST_CREATE_SECONDS"]))
-    space.cli._local_node = lambda _settings: node  # type: ignore[assignment,return-value]
+    space.cli.command._local_node = lambda _settings: node  # type: ignore[assignment,return-value]
     return space.cli.main(["controller"])
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from space.cli import _local_node
+from space.cli.command import _local_node
 from space.config import NodeConfig, Settings
 from space.node.vmm.base import VmmUnavailable
 from space.node.vmm.factory import driver_maker

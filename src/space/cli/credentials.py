@@ -16,8 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from space.cli import _command, _json_flag, _server_flags, settings_from
-from space.cli_output import err, out, table
+from space.cli.command import _command, _json_flag, _server_flags, settings_from
+from space.cli.output import err, out, table
 from space.credentials.audit import AuditFile, AuditFileError, verify
 from space.credentials.model import MAX_VALUE_BYTES
 from space.sdk import Call, Calls, CredentialInfo, Credentials

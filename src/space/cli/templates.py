@@ -23,9 +23,9 @@ from typing import Any, TextIO
 
 import httpx
 
-from space.cli import _command, _json_flag
-from space.cli_client import _pairs
-from space.cli_output import err, out, table
+from space.cli.client import _pairs
+from space.cli.command import _command, _json_flag
+from space.cli.output import err, out, table
 from space.sdk import TransportError
 from space.sdk._exceptions import converted, raise_for
 from space.sdk._models import Connection

@@ -22,8 +22,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from space.cli_client import SHORT, add_sandbox_commands, add_short_commands
-from space.cli_output import BuildProgress, err, out, table
+from space.cli.client import SHORT, add_sandbox_commands, add_short_commands
+from space.cli.output import BuildProgress, err, out, table
 from space.config import (
     NodeLinkConfig,
     NodeTokenError,
@@ -103,7 +103,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def _host_refused(args: argparse.Namespace) -> bool:
     """True (the reasons printed) if this host fails `space doctor`'s checks."""
-    from space.doctor import failures, refusal, run_checks
+    from space.cli.doctor.checks import failures, refusal, run_checks
 
     findings = run_checks(settings_from(args))
     if failures(findings):
@@ -378,7 +378,7 @@ def _node_of(settings: Settings, db: Database) -> OpenNode:
     """Every registered node (`SPACE_CLUSTER_NODE_TOKENS_DIR`/`_TOKEN`), else `SPACE_NODE_URL`'s
     node over HTTP, else this host's node in-process."""
     if settings.cluster.drives_nodes:
-        from space.cli_cluster import cluster_of
+        from space.cli.cluster import cluster_of
 
         return cluster_of(settings, db)
     if settings.node_link.url:
@@ -479,7 +479,7 @@ async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check this host for `space up`: 0 when it can run, 3 on a failed check."""
-    from space.doctor import failures, run_checks
+    from space.cli.doctor.checks import failures, run_checks
 
     findings = run_checks(settings_from(args), probe_boot=not args.no_boot_probe)
     if args.json:
@@ -831,13 +831,13 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(revoke)
     _server_flags(revoke, listen=False)
 
-    from space.cli_nodes import register as register_nodes  # it builds on this module
+    from space.cli.admin import register as register_nodes  # it builds on this module
 
     register_nodes(sub)
-    from space.cli_credentials import register as register_credentials  # as cli_nodes
+    from space.cli.credentials import register as register_credentials  # as cli_nodes
 
     register_credentials(sub)
-    from space.cli_templates import register as register_templates  # as cli_nodes
+    from space.cli.templates import register as register_templates  # as cli_nodes
 
     register_templates(sub)
     sandbox = sub.add_parser("sandbox", help="sandboxes (via SPACE_API_URL/SPACE_API_KEY)")

@@ -14,8 +14,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from space.cli import _command, _json_flag, _server_flags, settings_from
-from space.cli_output import err, out, table
+from space.cli.command import _command, _json_flag, _server_flags, settings_from
+from space.cli.output import err, out, table
 from space.private import private_umask
 from space.store.db import Database
 from space.store.nodes import NodeInfo, NodeRepo, NodeState

@@ -19,8 +19,8 @@ from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from space.cli_output import ByteProgress, out, table
-from space.cli_shell import run_shell
+from space.cli.output import ByteProgress, out, table
+from space.cli.shell import run_shell
 from space.sdk import CommandInfo, Event, Sandbox, SandboxInfo
 
 Handler = Callable[[argparse.Namespace], int]

@@ -378,7 +378,7 @@ def run_checks(settings: Settings, *, probe_boot: bool = False) -> list[Finding]
     """Every check (and, for `space doctor`, the boot-speed probe) in order."""
     findings = [check(settings) for check in CHECKS]
     if probe_boot:
-        from space.doctor_boot import boot_speed
+        from space.cli.doctor.boot import boot_speed
 
         findings.append(boot_speed(settings))
     return findings
