@@ -31,6 +31,8 @@ class OpenNode(NodeClient, Protocol):
 
 
 def local_node_of(settings: Settings) -> LocalNode:
+    """This host's node as `settings` configure it (`space up`, `space node`, and a
+    `space controller` without `SPACE_NODE_URL` or a cluster)."""
     from space.gateway.limits import GatewayLimits
     from space.node.network.egress import EgressConfig
     from space.node.templates import StderrProgress
