@@ -35,7 +35,7 @@ from tests.e2e.server import SpaceServer
 
 from bench.servers import report_leaks
 from bench.stats import emit, summary, value
-from space.cli import local_node
+from space.cli.compose import local_node
 from space.node.storage.pool import release_pool
 from space.seam.values import ExecRequest, SandboxSpec
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from space.cli import local_node
+from space.cli.compose import local_node
 from space.node.local import LocalNode
 from space.node.storage.pool import release_pool
 from space.node.templates import GuestArtifacts, TemplateImage, build_all

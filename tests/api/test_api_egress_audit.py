@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from space.cli import local_node
+from space.cli.compose import local_node
 from space.gateway.audit import AuditRecord
 from space.seam.errors import SandboxNotFound
 from space.seam.values import EgressRecord

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from space.cli import _protected_hosts
+from space.cli.compose import _protected_hosts
 from space.config import EgressConfig, Settings
 from space.store.db import Database
 from space.store.sandboxes import SandboxRepo

@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
 from space.api.app import create_app
-from space.cli import local_node as build_local_node
+from space.cli.compose import local_node as build_local_node
 from space.config import Settings
 from space.gateway.audit import AuditRecord
 from space.node.local import LocalNode

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from space.cli_output import BuildProgress, ByteProgress
+from space.cli.output import BuildProgress, ByteProgress
 from space.node.templates import ProgressEvent
 
 pytestmark = pytest.mark.cli

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from space import cli_shell
+from space.cli import shell as cli_shell
 
 
 class _Recorder:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from space import cli_templates
 from space.cli import main
+from space.cli import templates as cli_templates
 from space.sdk import TransportError
 from tests.conftest import ServerThread
 from tests.control.fakes import FakeNode

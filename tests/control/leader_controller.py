@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import space.cli
+import space.cli.compose
 from space.seam.values import SandboxObservation, SandboxSpec, WarmPoolStats
 
 
@@ -71,7 +72,7 @@ class DirectoryNode:
 
 def main() -> int:
     node = DirectoryNode(Path(sys.argv[1]), float(os.environ["SPACE_TEST_CREATE_SECONDS"]))
-    space.cli._local_node = lambda _settings: node  # type: ignore[assignment,return-value]
+    space.cli.compose.local_node_of = lambda _settings: node  # type: ignore[assignment,return-value]
     return space.cli.main(["controller"])
 
 

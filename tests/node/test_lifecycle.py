@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from space.cli import local_node
+from space.cli.compose import local_node
 from space.node.local import LocalNode
 from space.seam.values import ExecRequest
 from tests.node.conftest import SandboxFactory, qemu_pids

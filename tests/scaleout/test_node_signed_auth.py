@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.x509.oid import NameOID
 from pydantic import ValidationError
 
-from space.cli_cluster import _connector, _tokens
+from space.cli.cluster import _connector, _tokens
 from space.config import ClusterConfig, NodeLinkConfig, NodeTokenError, Settings
 from space.node.auth import SignedGate, gate_of
 from space.seam import signing, wire

@@ -1,6 +1,6 @@
 """`LocalNode`: the node worker of one host, serving the `NodeClient` seam in-process.
 
-A facade over the services it is built from (`space.cli` wires them): the host's
+A facade over the services it is built from (`space.cli.compose` wires them): the host's
 shared resources (`host.py`), the template catalog (`catalog.py`), provisioning
 (`provision.py`: cold boot, base-snapshot restore, warm claim), recovery
 (`recovery.py`: the startup sweep), agent operations (`agentops.py`) and the warm

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from space.cli import _local_node
+from space.cli.compose import local_node_of
 from space.config import NodeConfig, Settings
 from space.node.vmm.base import VmmUnavailable
 from space.node.vmm.factory import driver_maker
@@ -72,5 +72,5 @@ def test_firecracker_without_its_binary_fails_at_startup(
         node=NodeConfig(run_dir=tmp_path / "run", warm_pool={}),
     )
     with pytest.raises(VmmUnavailable, match="SPACE_VMM=firecracker, but no 'firecracker' binary"):
-        _local_node(settings)  # the composition root, before anything is built on the host
+        local_node_of(settings)  # the composition root, before anything is built on the host
     assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists()

@@ -13,8 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from space.cli.doctor.findings import Finding, Status, entries, opens
 from space.config import Settings
-from space.doctor import Finding, Status, entries, opens
 from space.node.vmm.accel import Accel, accel_arg, guest_kernel_args
 from space.node.vmm.qemu_args import QEMU_BINARY
 

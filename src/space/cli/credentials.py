@@ -16,8 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from space.cli import _command, _json_flag, _server_flags, settings_from
-from space.cli_output import err, out, table
+from space.cli.common import add_command, json_flag, server_flags, settings_from
+from space.cli.output import err, out, table
 from space.credentials.audit import AuditFile, AuditFileError, verify
 from space.credentials.model import MAX_VALUE_BYTES
 from space.sdk import Call, Calls, CredentialInfo, Credentials
@@ -43,22 +43,22 @@ def register(sub: Any) -> None:
     add.add_argument("--rps", type=float, help="rate limit: requests per second")
     add.add_argument("--burst", type=int, help="rate limit: bucket size")
     add.add_argument("--value-file", type=Path, help="default: read standard input")
-    _json_flag(add)
-    _json_flag(_command(verbs, "ls", cmd_ls, "list credentials (never their values)"))
+    json_flag(add)
+    json_flag(add_command(verbs, "ls", cmd_ls, "list credentials (never their values)"))
     rotate = _exact(verbs, "rotate", cmd_rotate, "a new value (stdin or a file)")
     rotate.add_argument("id")
     rotate.add_argument("--grace", type=int, default=0, help="seconds the old value stays usable")
     rotate.add_argument("--value-file", type=Path, help="default: read standard input")
-    _json_flag(rotate)
-    revoke = _command(verbs, "revoke", cmd_revoke, "revoke a credential at once")
+    json_flag(rotate)
+    revoke = add_command(verbs, "revoke", cmd_revoke, "revoke a credential at once")
     revoke.add_argument("id")
-    _json_flag(revoke)
+    json_flag(revoke)
 
     audit = sub.add_parser("audit", help="the credential audit")
     audit_verbs = audit.add_subparsers(dest="audit_cmd", required=True)
-    check = _command(audit_verbs, "verify", cmd_audit_verify, "check the hash chain")
+    check = add_command(audit_verbs, "verify", cmd_audit_verify, "check the hash chain")
     check.add_argument("--file", type=Path, help="default: SPACE_CREDENTIALS_AUDIT_FILE")
-    _server_flags(check, listen=False)
+    server_flags(check, listen=False)
 
 
 def _exact(sub: Any, name: str, handler: Any, help_text: str) -> argparse.ArgumentParser:

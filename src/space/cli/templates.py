@@ -1,6 +1,7 @@
 """`space templates build|ls|rm`: an org's templates from recipes, through
-`/v1/templates` at `SPACE_API_URL` with `SPACE_API_KEY`. (The operator's
-`space template import|build|ls` acts on this host's template cache instead.)
+`/v1/templates` at `SPACE_API_URL` with `SPACE_API_KEY`; and the operator's
+`space template ls|import|build`, which act on this host's template cache instead
+(`SPACE_CACHE_DIR`, at the end of this module).
 
 `build` sends the recipe and every file under `--context` (inline, base64), then
 follows the build's event stream, printing its log to stdout and, on a terminal, a
@@ -18,14 +19,14 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
 
-from space.cli import _command, _json_flag
-from space.cli_client import _pairs
-from space.cli_output import err, out, table
+from space.cli.common import add_command, json_flag, pairs, settings_from
+from space.cli.output import BuildProgress, err, out, table
 from space.sdk import TransportError
 from space.sdk._exceptions import converted, raise_for
 from space.sdk._models import Connection
@@ -44,7 +45,7 @@ def register(sub: Any) -> None:
     """Add `templates` to the `space` parser."""
     group = sub.add_parser("templates", help="templates from recipes (via SPACE_API_URL)")
     verbs = group.add_subparsers(dest="templates_cmd", required=True)
-    build = _command(verbs, "build", cmd_build, "build a template from a Dockerfile")
+    build = add_command(verbs, "build", cmd_build, "build a template from a Dockerfile")
     build.add_argument("name", help="[a-z0-9][a-z0-9-]{0,62}")
     build.add_argument("-f", "--file", type=Path, default=Path("Dockerfile"), help="the recipe")
     build.add_argument("--context", type=Path, help="directory whose files COPY/ADD may use")
@@ -53,8 +54,8 @@ def register(sub: Any) -> None:
     build.add_argument("--arg", action="append", metavar="KEY=VALUE", help="an ARG value")
     build.add_argument("--memory-mb", type=int, help="the build VM's memory (default 512)")
     build.add_argument("--disk-mb", type=int, help="grow the template's disk to this")
-    _json_flag(_command(verbs, "ls", cmd_ls, "list the templates this org can use"))
-    remove = _command(verbs, "rm", cmd_rm, "delete templates this org built")
+    json_flag(add_command(verbs, "ls", cmd_ls, "list the templates this org can use"))
+    remove = add_command(verbs, "rm", cmd_rm, "delete templates this org built")
     remove.add_argument("names", nargs="+")
 
 
@@ -118,7 +119,7 @@ def build_body(args: argparse.Namespace) -> dict[str, Any]:
         "name": args.name,
         "dockerfile": read_recipe(args.file),
         "context": {path: base64.b64encode(data).decode() for path, data in context.items()},
-        "args": _pairs(args.arg, "--arg"),
+        "args": pairs(args.arg, "--arg"),
         "start_cmd": args.start_cmd,
         "ready_cmd": args.ready_cmd,
         "memory_mb": args.memory_mb,
@@ -260,4 +261,88 @@ def cmd_rm(args: argparse.Namespace) -> int:
         for name in args.names:
             api.call("DELETE", f"/v1/templates/{name}")
             out(name)
+    return 0
+
+
+# -- this host's template cache (`space template`) ---------------------------------
+
+
+def register_cache(sub: Any) -> None:
+    """Add `template` (this host's template cache) to the `space` parser."""
+    template = sub.add_parser("template", help="templates")
+    tp = template.add_subparsers(dest="template_cmd", required=True)
+    ls = add_command(tp, "ls", cmd_template_ls, "list known templates (built-in and imported)")
+    ls.add_argument("--cache-dir", help="SPACE_CACHE_DIR")
+    json_flag(ls)
+    imp = add_command(tp, "import", cmd_template_import, "import a container image as a template")
+    imp.add_argument("name", help="[a-z0-9][a-z0-9-]{0,62}, not a built-in name")
+    imp.add_argument(
+        "source", help="oci:DIR[:TAG], oci-archive:PATH, docker-archive:PATH or docker://REF"
+    )
+    imp.add_argument("--cache-dir", help="SPACE_CACHE_DIR")
+    json_flag(imp)
+    build = add_command(tp, "build", cmd_template_build, "build templates into the cache")
+    build.add_argument("names", nargs="*", help="default: base busybox")
+    build.add_argument("--cache-dir", help="SPACE_CACHE_DIR")
+    json_flag(build)
+
+
+def cmd_template_ls(args: argparse.Namespace) -> int:
+    from space.node.templates import TEMPLATES
+    from space.node.templates.registry import Registry
+
+    imported = Registry(settings_from(args).cache_dir)
+    rows = [(n, "built-in", "") for n in sorted(TEMPLATES)]
+    for name in imported.names():
+        newest = imported.newest(name)
+        rows.append((name, "imported", newest.manifest if newest else ""))
+    if args.json:
+        out(json.dumps([{"name": n, "kind": k, "manifest": m or None} for n, k, m in rows]))
+    else:
+        table(rows, ["NAME", "KIND", "MANIFEST"])
+    return 0
+
+
+def cmd_template_import(args: argparse.Namespace) -> int:
+    from space.node.templates import BuildError
+    from space.node.templates.imports import import_template
+
+    progress = BuildProgress()
+    try:
+        settings = settings_from(args)
+        imported = import_template(
+            settings.cache_dir,
+            args.name,
+            args.source,
+            progress=progress,
+            insecure=settings.node.insecure_registries,
+        )
+    except (BuildError, OSError) as exc:
+        progress.finish()
+        err(f"import failed: {exc}")
+        return 1
+    progress.finish()
+    version = imported.version
+    state = "cached" if imported.cached else "imported"
+    if args.json:
+        out(json.dumps({"name": imported.name, "state": state, **asdict(version)}))
+    else:
+        table([(imported.name, version.manifest, version.digest, state)],
+              ["NAME", "MANIFEST", "DIGEST", "STATE"])  # fmt: skip
+    return 0
+
+
+def cmd_template_build(args: argparse.Namespace) -> int:
+    from space.node.templates import build_all
+
+    settings = settings_from(args)
+    names = tuple(args.names) or ("base", "busybox")
+    progress = BuildProgress()
+    _guest, images = build_all(settings.cache_dir, names, progress)
+    progress.finish()
+    rows = [(name, image.digest, str(image.rootfs)) for name, image in images.items()]
+    if args.json:
+        out(json.dumps([{"name": n, "digest": d, "rootfs": r} for n, d, r in rows]))
+    else:
+        table(rows, ["NAME", "DIGEST", "ROOTFS"])
     return 0

@@ -19,26 +19,15 @@ from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from space.cli_output import ByteProgress, out, table
-from space.cli_shell import run_shell
+from space.cli.common import add_command, json_flag, pairs
+from space.cli.output import ByteProgress, out, table
+from space.cli.shell import run_shell
 from space.sdk import CommandInfo, Event, Sandbox, SandboxInfo
-
-Handler = Callable[[argparse.Namespace], int]
 
 #: Commands that also exist at the top level (`space ls` = `space sandbox ls`).
 SHORT = ("ls", "exec", "shell", "cp", "logs")
 CHUNK = 1 << 20
 LOGS_IDLE_SECONDS = 1.0
-
-
-def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
-    result: dict[str, str] = {}
-    for item in values or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"{flag} expects KEY=VALUE, got {item!r}")
-        result[key] = value
-    return result
 
 
 def _show(infos: Sequence[SandboxInfo], as_json: bool) -> None:
@@ -62,8 +51,8 @@ def _connected(sandbox_id: str) -> Iterator[Sandbox]:
 def cmd_create(args: argparse.Namespace) -> int:
     sandbox = Sandbox.create(
         args.template,
-        env=_pairs(args.env, "--env"),
-        metadata=_pairs(args.metadata, "--metadata"),
+        env=pairs(args.env, "--env"),
+        metadata=pairs(args.metadata, "--metadata"),
         timeout=args.timeout,
     )
     sandbox.close()
@@ -83,7 +72,7 @@ def _argv(words: Sequence[str]) -> str | list[str]:
 
 def cmd_exec(args: argparse.Namespace) -> int:
     """Run a command; its output streams, its exit code is ours."""
-    options: dict[str, Any] = {"env": _pairs(args.env, "--env"), "cwd": args.cwd}
+    options: dict[str, Any] = {"env": pairs(args.env, "--env"), "cwd": args.cwd}
     with _connected(args.id) as sandbox:
         if args.json:
             result = sandbox.exec(_argv(args.command), **options)
@@ -249,54 +238,44 @@ def cmd_rm(args: argparse.Namespace) -> int:
 # -- parsers -----------------------------------------------------------------------
 
 
-def _command(sub: Any, name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
-    parser.set_defaults(handler=handler)
-    return parser
-
-
-def _json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-
-
 def add_short_commands(sub: Any) -> None:
     """`space ls|exec|shell|cp|logs`."""
-    _json_flag(_command(sub, "ls", cmd_ls, "list sandboxes"))
-    run = _command(sub, "exec", cmd_exec, "run a command, stream its output, exit with its code")
+    json_flag(add_command(sub, "ls", cmd_ls, "list sandboxes"))
+    run = add_command(sub, "exec", cmd_exec, "run a command, stream its output, exit with its code")
     run.add_argument("id")
     run.add_argument("command", nargs="+", help="one shell string, or argv after --")
     run.add_argument("--env", action="append", metavar="KEY=VALUE")
     run.add_argument("--cwd", help="working directory in the sandbox")
-    _json_flag(run)
-    shell = _command(sub, "shell", cmd_shell, "an interactive terminal in a sandbox")
+    json_flag(run)
+    shell = add_command(sub, "shell", cmd_shell, "an interactive terminal in a sandbox")
     shell.add_argument("id")
     shell.add_argument("command", nargs="*", help="default: a login shell (bash, else sh)")
-    copy = _command(sub, "cp", cmd_cp, "copy a file: SANDBOX:/path <-> local path")
+    copy = add_command(sub, "cp", cmd_cp, "copy a file: SANDBOX:/path <-> local path")
     copy.add_argument("src")
     copy.add_argument("dst")
-    logs = _command(sub, "logs", cmd_logs, "a command's output (replayed); -f follows it")
+    logs = add_command(sub, "logs", cmd_logs, "a command's output (replayed); -f follows it")
     logs.add_argument("id")
     logs.add_argument(
         "command_id", nargs="?", help="default: list the commands (-f: follow the newest)"
     )
     logs.add_argument("-f", "--follow", action="store_true", help="until the command exits")
-    _json_flag(logs)
+    json_flag(logs)
 
 
 def add_sandbox_commands(sub: Any) -> None:
     """`space sandbox create|ls|exec|shell|cp|logs|pause|resume|suspend|restore|rm`."""
-    create = _command(sub, "create", cmd_create, "create a sandbox and print its id")
+    create = add_command(sub, "create", cmd_create, "create a sandbox and print its id")
     create.add_argument("--template", default="base")
     create.add_argument("--env", action="append", metavar="KEY=VALUE")
     create.add_argument("--metadata", action="append", metavar="KEY=VALUE")
     create.add_argument("--timeout", type=int, help="lifetime in seconds")
-    _json_flag(create)
+    json_flag(create)
     add_short_commands(sub)
     for op in POWER:
-        power = _command(sub, op, cmd_power, f"{op} a sandbox")
+        power = add_command(sub, op, cmd_power, f"{op} a sandbox")
         power.add_argument("id")
         power.set_defaults(op=op)
-        _json_flag(power)
-    remove = _command(sub, "rm", cmd_rm, "delete sandboxes")
+        json_flag(power)
+    remove = add_command(sub, "rm", cmd_rm, "delete sandboxes")
     remove.add_argument("ids", nargs="+")
-    _json_flag(remove)
+    json_flag(remove)

@@ -5,49 +5,30 @@ Each check reads the host through `Settings` (the files it looks at are
 are looked up on `PATH`) and returns a `Finding`: `pass`, `warn` (SPACE runs, but
 slower or with less isolation) or `fail` (`space up` cannot run), with the fix.
 `space up` runs `run_checks(settings)` at start and refuses on a failure; only
-`space doctor` adds the boot-speed probe (`doctor_boot`).
+`space doctor` adds the boot-speed probe (`boot.py`). What a check returns, and the
+helpers both share, are in `findings.py`.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import make_url
 
+from space.cli.doctor.boot import boot_speed
+from space.cli.doctor.findings import Check, Finding, Status, entries, opens
 from space.config import Settings
 from space.node.storage.reflink import supports_reflink
 from space.node.vmm.cgroups import CgroupError, CgroupV2, detect
 from space.node.vmm.qemu_args import QEMU_BINARY
 from space.store.db import MIGRATIONS, make_engine
 
-Status = Literal["pass", "warn", "fail"]
-Check = Callable[[Settings], "Finding"]
-
 GUEST_ARTIFACTS = ("kernel", "initramfs", "agent-disk")
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    status: Status
-    detail: str
-    fix: str = ""
-
-
-def opens(path: Path) -> OSError | None:
-    """None if `path` opens read-write, else why not."""
-    try:
-        os.close(os.open(path, os.O_RDWR | os.O_CLOEXEC))
-    except OSError as exc:
-        return exc
-    return None
 
 
 def _cpu_flags(cpuinfo: Path) -> set[str]:
@@ -296,15 +277,6 @@ def check_cache(settings: Settings) -> Finding:
     return Finding("cache", "pass", f"{cache}: guest kernel, initramfs, agent disk, base template")
 
 
-def entries(kind_dir: Path) -> list[Path]:
-    if not kind_dir.is_dir():
-        return []
-    return sorted(
-        (p for p in kind_dir.iterdir() if p.is_dir() and not p.name.startswith(".")),
-        key=lambda p: p.stat().st_mtime,
-    )
-
-
 def check_database(settings: Settings) -> Finding:
     url = make_url(settings.database_url)
     where = url.render_as_string(hide_password=True)
@@ -378,8 +350,6 @@ def run_checks(settings: Settings, *, probe_boot: bool = False) -> list[Finding]
     """Every check (and, for `space doctor`, the boot-speed probe) in order."""
     findings = [check(settings) for check in CHECKS]
     if probe_boot:
-        from space.doctor_boot import boot_speed
-
         findings.append(boot_speed(settings))
     return findings
 
