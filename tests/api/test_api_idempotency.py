@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import httpx
 
-from space.api.sandbox_service import SandboxRequest
-from space.api.volume_service import MountRequest
+from space.services.sandboxes import SandboxRequest
+from space.services.volumes import MountRequest
 from space.store.db import Database
 from space.store.models import Sandbox
 from tests.api.test_api_sandboxes import count_rows

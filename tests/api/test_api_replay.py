@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import func, select
 
 from space.api.app import create_app
-from space.api.eventlog import LogWriter, follow
 from space.config import Settings
 from space.control.controller import Controller
 from space.seam.values import ProcessEvent
+from space.services.eventlog import LogWriter, follow
 from space.store.commands import CommandRepo
 from space.store.db import Database
 from space.store.models import Sandbox

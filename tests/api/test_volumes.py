@@ -15,11 +15,11 @@ import pytest
 from fastapi import FastAPI
 
 from space.api.errors import ApiError
-from space.api.sandbox_service import SandboxRequest, SandboxService
-from space.api.volume_service import MountRequest, VolumeService
 from space.config import LimitsConfig, QuotaConfig, Settings
 from space.control.errors import NodeUnavailable
 from space.seam.values import SandboxObservation, VolumeMount
+from space.services.sandboxes import SandboxRequest, SandboxService
+from space.services.volumes import MountRequest, VolumeService
 from space.store.db import Database
 from space.store.keys import KeyRepo, Principal
 from space.store.models import Volume

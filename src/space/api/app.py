@@ -9,17 +9,13 @@ from fastapi import FastAPI
 from prometheus_client.registry import Collector
 
 from space.api import e2b
-from space.api.audit_copy import AuditCopy
 from space.api.bootstrap import open_database
 from space.api.console import routes as console
-from space.api.credential_push import CredentialPush
-from space.api.credential_service import CredentialService
 from space.api.errors import install_error_handlers
 from space.api.ingress import Ingress
 from space.api.limits import RequestLimits
 from space.api.metrics import Metrics, MetricsMiddleware
 from space.api.port_forward import PortForward
-from space.api.process_registry import ProcessRegistry
 from space.api.routes import (
     commands,
     credentials,
@@ -33,7 +29,6 @@ from space.api.routes import (
 )
 from space.api.routes import lifecycle as power
 from space.api.routes import templates as template_routes
-from space.api.sandbox_service import SandboxService
 from space.api.state import AppState
 from space.config import Settings
 from space.control.builds import BuildLimits
@@ -42,6 +37,11 @@ from space.control.expiry import Activity
 from space.control.waiter import DbWaiter, Lifecycle
 from space.seam.protocol import NodeClient
 from space.seam.values import SandboxObservation
+from space.services.audit_copy import AuditCopy
+from space.services.credential_push import CredentialPush
+from space.services.credentials import CredentialService
+from space.services.processes import ProcessRegistry
+from space.services.sandboxes import SandboxService
 from space.store.commands import CommandRepo
 from space.store.db import Database
 

@@ -16,12 +16,12 @@ from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
 from space.api.access import require
-from space.api.credential_push import CredentialPush
-from space.api.credential_service import CredentialService
 from space.api.errors import ApiError
 from space.api.state import AppState
-from space.api.volume_service import VolumeService
 from space.control.wake import wake
+from space.services.credential_push import CredentialPush
+from space.services.credentials import CredentialService
+from space.services.volumes import VolumeService
 from space.store import roles
 from space.store.db import Database
 from space.store.errors import DatabaseUnavailable

@@ -29,9 +29,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from space.api.process_errors import CommandNotRunning
 from space.control.errors import NodeFailed, NodeUnavailable, NotSupported
 from space.seam.errors import NodeError, SandboxNotFound, SandboxUnavailable
+from space.services.process_errors import CommandNotRunning
 from space.store.errors import DatabaseUnavailable, InvalidTransition, NotFound, StaleGeneration
 
 log = logging.getLogger(__name__)

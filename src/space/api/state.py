@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from space.api.process_registry import ProcessRegistry
-from space.api.sandbox_service import SandboxService
 from space.config import Settings
 from space.control.errors import NodeUnavailable
 from space.control.expiry import Activity
 from space.control.waiter import Lifecycle
 from space.recipes.worker import RecipeChecker
 from space.seam.protocol import NodeClient
+from space.services.processes import ProcessRegistry
+from space.services.sandboxes import SandboxService
 from space.store.db import Database
 
 

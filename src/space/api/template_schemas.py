@@ -1,7 +1,7 @@
 """Request and response bodies of `/v1/templates`, bounded as in `schemas`: an
 out-of-bounds value is a 422 naming the field before any handler runs. The build
 context's paths and contents are checked where it is decoded
-(`template_service.decoded_context`)."""
+(`services.templates.decoded_context`)."""
 
 from __future__ import annotations
 

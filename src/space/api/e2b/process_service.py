@@ -1,6 +1,6 @@
 """`process.Process`: Start, Connect (server streams), List, SendInput, SendSignal, Update.
 
-The envd front of the process registry both fronts share (`api.process_registry`):
+The envd front of the process registry both fronts share (`services.processes`):
 a process started through `/v1` commands is listed, followed, fed and signalled
 here too, and counts against the same quota."""
 
@@ -35,10 +35,10 @@ from space.api.e2b.messages import (
 from space.api.e2b.routing import EnvdTarget
 from space.api.e2b.streams import get_within, stream_response
 from space.api.errors import ApiError
-from space.api.process_registry import LiveProcess, ProcessConfig, ProcessRegistry
 from space.api.revocation import KeyWatch
 from space.api.state import AppState
 from space.seam.values import ExecRequest
+from space.services.processes import LiveProcess, ProcessConfig, ProcessRegistry
 
 router = APIRouter(prefix="/process.Process", route_class=ConnectRoute, include_in_schema=False)
 

@@ -36,10 +36,10 @@ from space.api.e2b.rest_models import (
 )
 from space.api.e2b.rules import secret_uses
 from space.api.errors import out_of_bounds
-from space.api.sandbox_service import SandboxRequest, rendered
 from space.api.state import AppState
-from space.api.volume_service import volume_names
 from space.control.power import PowerOp
+from space.services.sandboxes import SandboxRequest, rendered
+from space.services.volumes import volume_names
 from space.store.keys import Principal
 from space.store.models import Sandbox, utcnow
 from space.store.states import SandboxState

@@ -25,9 +25,9 @@ from space.api.schemas import (
     MountPath,
     VolumeName,
 )
-from space.api.volume_service import MountRequest
 from space.control.expiry import expires_at
 from space.seam.values import SandboxSpec
+from space.services.volumes import MountRequest
 from space.store.models import Sandbox
 from space.store.states import SandboxState
 

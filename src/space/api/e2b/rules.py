@@ -26,8 +26,8 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from space.api.e2b.errors import E2bError
-from space.api.sandbox_service import SecretUse
 from space.credentials.model import HeaderApply, HostPattern
+from space.services.sandboxes import SecretUse
 
 MAX_USES = 64
 MARKER = re.compile(r"\$\{e2b\.secrets\.([^{}]*)\}")

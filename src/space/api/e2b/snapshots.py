@@ -1,5 +1,5 @@
 """E2B's snapshots (`Sandbox.create_snapshot`, `Sandbox.list_snapshots`, 2.63) over
-`snapshot_service`: a snapshot is a template of the org's, and `Sandbox.create(id)`
+`services.snapshots`: a snapshot is a template of the org's, and `Sandbox.create(id)`
 starts a sandbox of it.
 
     POST /sandboxes/{id}/snapshots {"name"?, "memory"?}   201 `SnapshotInfo`; SPACE keeps
@@ -19,11 +19,11 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from space.api import snapshot_service
 from space.api.deps import StateDep
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.rest import PrincipalDep, visible
 from space.api.errors import ApiError
+from space.services import snapshots as snapshot_service
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False)
 

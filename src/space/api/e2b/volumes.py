@@ -23,7 +23,7 @@ from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.front import FrontDep
 from space.api.e2b.rest import PrincipalDep
 from space.api.e2b.rest_models import NewVolumeIn
-from space.api.volume_service import VolumeView
+from space.services.volumes import VolumeView
 from space.store.models import Volume
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False)

@@ -15,7 +15,6 @@ from fastapi.responses import StreamingResponse
 
 from space.api.deps import DataPlaneDep, PrincipalDep, SessionDep, StateDep, require_running
 from space.api.errors import ApiError, out_of_bounds
-from space.api.process_registry import ProcessConfig
 from space.api.revocation import KeyWatch
 from space.api.schemas import (
     MAX_COMMAND_WIRE_BYTES,
@@ -31,6 +30,7 @@ from space.api.schemas import (
 )
 from space.api.sse import event_stream
 from space.seam.values import ExecRequest
+from space.services.processes import ProcessConfig
 from space.store.commands import CommandRepo
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["commands"])

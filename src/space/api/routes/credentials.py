@@ -26,7 +26,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from space.api.credential_service import CredentialService
 from space.api.deps import (
     PrincipalDep,
     SandboxDep,
@@ -47,6 +46,7 @@ from space.credentials.model import (
     Scope,
 )
 from space.credentials.scopes import WideningError
+from space.services.credentials import CredentialService
 from space.store.credential_audit import AuditFilter, AuditRepo
 from space.store.credentials import CredentialExists, CredentialRepo
 from space.store.errors import NotFound

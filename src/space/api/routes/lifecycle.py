@@ -6,7 +6,6 @@ from datetime import timedelta
 
 from fastapi import APIRouter
 
-from space.api import snapshot_service
 from space.api.deps import PrincipalDep, SandboxDep, StateDep
 from space.api.errors import out_of_bounds
 from space.api.routes.sandboxes import shown, with_ingress
@@ -19,6 +18,7 @@ from space.api.schemas import (
     TimeoutBody,
 )
 from space.control.power import PowerOp
+from space.services import snapshots as snapshot_service
 from space.store.models import utcnow
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["lifecycle"])

@@ -39,13 +39,13 @@ from starlette.websockets import WebSocketDisconnect
 
 from space.api.deps import require_running
 from space.api.errors import ApiError, error_body
-from space.api.quotas import release_command, reserve_command
 from space.api.revocation import KeyWatch
 from space.api.state import AppState
 from space.control.errors import NodeFailed, NodeUnavailable
 from space.seam.errors import NodeError
 from space.seam.protocol import CommandHandle
 from space.seam.values import ExecRequest
+from space.services.quotas import release_command, reserve_command
 from space.store.errors import InvalidTransition, NotFound
 from space.store.keys import KeyRepo, Principal
 from space.store.models import Sandbox

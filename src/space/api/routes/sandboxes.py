@@ -9,11 +9,11 @@ from fastapi import APIRouter, Response
 
 from space.api import ingress_names
 from space.api.deps import IdempotencyKeyDep, PrincipalDep, SandboxDep, StateDep
-from space.api.sandbox_service import SandboxRequest, rendered
 from space.api.schemas import CreateSandbox, IngressOut, MountOut, SandboxList, SandboxOut
 from space.api.state import AppState
-from space.api.volume_service import MountRequest, volume_names
 from space.control.expiry import expires_at
+from space.services.sandboxes import SandboxRequest, rendered
+from space.services.volumes import MountRequest, volume_names
 from space.store.models import Sandbox
 
 router = APIRouter(prefix="/v1/sandboxes", tags=["sandboxes"])

@@ -1,6 +1,6 @@
 """`POST/GET /v1/templates`, `GET/DELETE /v1/templates/{name}`,
 `GET/DELETE /v1/templates/builds/{build_id}` and its SSE `.../events`: the `/v1`
-front of `template_service`."""
+front of `services.templates`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Response
 from fastapi.responses import StreamingResponse
 
-from space.api import template_service
 from space.api.deps import PrincipalDep, StateDep
 from space.api.errors import ApiError
 from space.api.revocation import KeyWatch
@@ -22,6 +21,7 @@ from space.api.template_schemas import (
     TemplateList,
     TemplateOut,
 )
+from space.services import templates as template_service
 
 router = APIRouter(prefix="/v1/templates", tags=["templates"])
 

@@ -15,7 +15,7 @@ from space.api.schemas import (
     VolumeName,
     VolumeOut,
 )
-from space.api.volume_service import VolumeView
+from space.services.volumes import VolumeView
 
 router = APIRouter(prefix="/v1/volumes", tags=["volumes"])
 

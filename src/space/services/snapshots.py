@@ -4,7 +4,7 @@ newest version of a template the org owns (`store/templates.py`).
 A name is refused (409 `template_name_taken`, field `name`) when it is built in or an
 operator's (the node lists it and no org owns it) or another org's; the org owns it
 from its first snapshot or build on. 429 `quota_exceeded` when the org is at its
-templates, template versions or template MiB (`api/quotas.py`). The node syncs the
+templates, template versions or template MiB (`services/quotas.py`). The node syncs the
 guest, reflinks its disk while it is paused for an instant and registers it; the
 source runs on.
 """
@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from space.api import quotas
 from space.api.access import require
 from space.api.errors import ApiError
 from space.api.state import AppState
+from space.services import quotas
 from space.store.keys import Principal
 from space.store.models import Sandbox
 from space.store.templates import TemplateNameTaken, TemplateRepo

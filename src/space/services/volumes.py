@@ -18,7 +18,7 @@ create's quota admission and by every volume change here), with the volume rows 
 Refusals are `ApiError`s; each front renders them in its own shape:
 
     422 out_of_bounds          size_mb past SPACE_MAX_VOLUME_MB (field `size_mb`)
-    429 quota_exceeded         volumes_per_org / volume_mb_per_org (`api.quotas`)
+    429 quota_exceeded         volumes_per_org / volume_mb_per_org (`services.quotas`)
     409 volume_exists          the org has a volume of that name (field `name`)
     404 not_found              no volume of that name (or id) in the org
     409 volume_not_ready       it is being created or deleted
@@ -43,10 +43,10 @@ from sqlalchemy.orm import Session
 
 from space.api.access import require
 from space.api.errors import ApiError, out_of_bounds
-from space.api.quotas import admit_volume
 from space.config import Settings
 from space.control.errors import NodeUnavailable
 from space.seam.protocol import NodeClient
+from space.services.quotas import admit_volume
 from space.store.db import Database
 from space.store.errors import NotFound
 from space.store.keys import Principal

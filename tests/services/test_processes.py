@@ -19,10 +19,10 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import func, select
 
-from space.api.process_errors import CommandNotRunning
-from space.api.process_registry import FOLLOW_BYTES, ProcessConfig, ProcessRegistry
 from space.config import QuotaConfig, Settings
 from space.seam.values import ExecRequest, ProcessEvent
+from space.services.process_errors import CommandNotRunning
+from space.services.processes import FOLLOW_BYTES, ProcessConfig, ProcessRegistry
 from space.store.commands import CommandState
 from space.store.db import Database
 from space.store.models import Command

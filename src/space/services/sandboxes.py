@@ -1,7 +1,7 @@
 """`SandboxService`: what a sandbox is asked to do, for both fronts (`/v1`, E2B).
 
 Create (bounds, template, egress policy against the org's default and ceiling,
-quota admission, the volumes it mounts (`volume_service.resolve_mounts`) and the
+quota admission, the volumes it mounts (`services.volumes.resolve_mounts`) and the
 row in one transaction, then `Lifecycle.ensure_created`),
 fork (the source running, quota for every fork and their rows in one transaction,
 then `Lifecycle.ensure_forked`), a running sandbox's new egress policy (node first,
@@ -21,8 +21,8 @@ them in its own error shape:
                                 name reaches the sandbox, or it is listed twice
     422 unknown_secret          a use (`SecretUse.where`) names no `rules` credential
                                 (E2B secret) of the org
-    429 quota_exceeded          the org is at its sandbox limit (`api.quotas`)
-    422/409 ...                 `volumes`: see `api.volume_service`
+    429 quota_exceeded          the org is at its sandbox limit (`services.quotas`)
+    422/409 ...                 `volumes`: see `services.volumes`
     502 sandbox_create_failed   the node could not create it (the reason)
     409 conflict                it was deleted while being created
     422 idempotency_key_reused  the key was used for a different request
@@ -53,11 +53,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from space.api.credential_push import CredentialPush
 from space.api.errors import ApiError, out_of_bounds
-from space.api.process_registry import ProcessRegistry
-from space.api.quotas import admit_sandbox
-from space.api.volume_service import MountRequest, resolve_mounts
 from space.config import Settings
 from space.control.errors import NodeUnavailable
 from space.control.expiry import lifetime_until
@@ -67,6 +63,10 @@ from space.credentials.model import CredentialUse, HeaderApply, RulesApply
 from space.credentials.scopes import SandboxRef, fenced_in
 from space.gateway.policy import PolicyError
 from space.seam.protocol import NodeClient
+from space.services.credential_push import CredentialPush
+from space.services.processes import ProcessRegistry
+from space.services.quotas import admit_sandbox
+from space.services.volumes import MountRequest, resolve_mounts
 from space.store import roles
 from space.store.credentials import CredentialRepo
 from space.store.db import Database

@@ -41,10 +41,8 @@ from typing import NoReturn
 
 from sqlalchemy.orm import Session
 
-from space.api import quotas as admission
 from space.api.access import require
 from space.api.errors import ApiError
-from space.api.eventlog import Record
 from space.api.state import AppState
 from space.api.template_schemas import (
     MAX_CONTEXT_BYTES,
@@ -58,6 +56,8 @@ from space.control import buildplan, builds
 from space.recipes.parse import RecipeError
 from space.seam import wire
 from space.seam.values import BuildSpec
+from space.services import quotas as admission
+from space.services.eventlog import Record
 from space.store import quotas
 from space.store.db import Database
 from space.store.errors import NotFound

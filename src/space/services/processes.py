@@ -2,7 +2,7 @@
 
 `/v1` commands (`POST .../commands`), `/v1` exec and envd's `process.Process`
 all start here: a `commands` row is written first, in one transaction with the
-org's quota check (`api.quotas`), so every process holds exactly one slot however
+org's quota check (`services.quotas`), so every process holds exactly one slot however
 it was started, and a failed start releases it. A started process has one handle
 and one pump that appends every event to its log (`eventlog`: replayable by
 `/v1` readers, at most `log_limit` bytes, draining on past it) and fans it out to
@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from space.api.eventlog import LogWriter, Record, follow
-from space.api.process_errors import CommandNotRunning
-from space.api.quotas import release_command, reserve_command
 from space.config import QuotaConfig
 from space.control.expiry import Activity
 from space.seam.protocol import CommandHandle, NodeClient
 from space.seam.values import ExecRequest, ExecResult, ProcessEvent
+from space.services.eventlog import LogWriter, Record, follow
+from space.services.process_errors import CommandNotRunning
+from space.services.quotas import release_command, reserve_command
 from space.store.db import Database
 from space.store.errors import NotFound
 from space.store.keys import new_id

@@ -9,8 +9,8 @@ import pytest
 from fastapi import FastAPI
 
 from space.api.errors import ApiError
-from space.api.sandbox_service import SandboxRequest, SandboxService
 from space.config import EgressConfig, QuotaConfig, Settings
+from space.services.sandboxes import SandboxRequest, SandboxService
 from space.store.db import Database
 from space.store.errors import NotFound
 from space.store.keys import KeyRepo, Principal

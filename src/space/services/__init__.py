@@ -1,0 +1,14 @@
+"""What SPACE does, apart from how it is asked: the services every front (`/v1` in
+`api.routes`, E2B in `api.e2b`, the console in `api.console`) calls.
+
+    sandboxes        SandboxService: create, fork, delete, list, power, deadline
+    processes        ProcessRegistry: every process either front starts, its log and followers
+    eventlog         a process's on-disk log and its readers
+    templates        queue, list, follow, cancel and delete template builds
+    snapshots        a running sandbox's disk as a template version
+    volumes          VolumeService and the mounts a create asks for
+    credentials      CredentialService: the broker's control plane
+    credential_push  credential views to the node's gateway
+    audit_copy       each gateway's audit chain into the database's
+    quotas           the org's admission checks
+"""
