@@ -14,10 +14,10 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from space.api.errors import ApiError
 from space.config import LimitsConfig, QuotaConfig, Settings
 from space.control.errors import NodeUnavailable
 from space.seam.values import SandboxObservation, VolumeMount
+from space.services.errors import ServiceError
 from space.services.sandboxes import SandboxRequest, SandboxService
 from space.services.volumes import MountRequest, VolumeService
 from space.store.db import Database
@@ -305,15 +305,15 @@ def acme(db: Database, make_key: Callable[..., str]) -> Principal:
     return found
 
 
-def _race(count: int, insert: Callable[[], str]) -> list[str | ApiError]:
+def _race(count: int, insert: Callable[[], str]) -> list[str | ServiceError]:
     """`insert` from `count` threads at once: each one's sandbox id or refusal."""
     barrier = threading.Barrier(count)
 
-    def one() -> str | ApiError:
+    def one() -> str | ServiceError:
         barrier.wait()
         try:
             return insert()
-        except ApiError as exc:
+        except ServiceError as exc:
             return exc
 
     with ThreadPoolExecutor(count) as pool:
@@ -331,7 +331,7 @@ async def test_concurrent_creates_admit_one_writer_or_all_readers(
     new = NewSandbox(template="base", idle_timeout_seconds=60)
     answers = _race(6, lambda: service._insert(acme, new, request))
     admitted = [a for a in answers if isinstance(a, str)]
-    refused = [a for a in answers if isinstance(a, ApiError)]
+    refused = [a for a in answers if isinstance(a, ServiceError)]
     assert len(admitted) == (6 if read_only else 1), answers
     assert all(r.code == "volume_in_use" for r in refused)
 

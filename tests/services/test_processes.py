@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 
 from space.config import QuotaConfig, Settings
 from space.seam.values import ExecRequest, ProcessEvent
-from space.services.process_errors import CommandNotRunning
+from space.services.errors import CommandNotRunning
 from space.services.processes import FOLLOW_BYTES, ProcessConfig, ProcessRegistry
 from space.store.commands import CommandState
 from space.store.db import Database

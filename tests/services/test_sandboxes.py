@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 from fastapi import FastAPI
 
-from space.api.errors import ApiError
+from space.api.errors import status_of
 from space.config import EgressConfig, QuotaConfig, Settings
+from space.services.errors import ServiceError
 from space.services.sandboxes import SandboxRequest, SandboxService
 from space.store.db import Database
 from space.store.errors import NotFound
@@ -72,9 +73,10 @@ async def test_refusals_name_the_field_and_write_nothing(
     field: str,
 ) -> None:
     acme = principal("acme")
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(ServiceError) as refused:
         await service.create(acme, request_)
-    assert (refused.value.status, refused.value.code, refused.value.field) == (status, code, field)
+    error = refused.value
+    assert (status_of(error), error.code, error.field) == (status, code, field)
     assert service.list(acme) == []
 
 
@@ -84,15 +86,15 @@ async def test_the_org_quota_and_a_failed_create(
     acme = principal("acme")
     await service.create(acme, SandboxRequest())
     fake_node.fail_create = "no disk"
-    with pytest.raises(ApiError) as failed:
+    with pytest.raises(ServiceError) as failed:
         await service.create(acme, SandboxRequest())
-    assert (failed.value.status, failed.value.code) == (502, "sandbox_create_failed")
+    assert (status_of(failed.value), failed.value.code) == (502, "sandbox_create_failed")
     assert "no disk" in failed.value.message
     fake_node.fail_create = None
     await service.create(acme, SandboxRequest())  # an `error` row holds no slot
-    with pytest.raises(ApiError) as over:
+    with pytest.raises(ServiceError) as over:
         await service.create(acme, SandboxRequest())
-    assert (over.value.status, over.value.field) == (429, "sandboxes_per_org")
+    assert (status_of(over.value), over.value.field) == (429, "sandboxes_per_org")
 
 
 async def test_delete_destroys_the_vm_and_frees_the_slot(

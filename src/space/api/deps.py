@@ -15,10 +15,10 @@ import anyio.to_thread
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
-from space.api.access import require
 from space.api.errors import ApiError
 from space.api.state import AppState
 from space.control.wake import wake
+from space.services.access import require
 from space.services.credential_push import CredentialPush
 from space.services.credentials import CredentialService
 from space.services.volumes import VolumeService

@@ -2,8 +2,10 @@
 
 The only place that maps exceptions to HTTP statuses:
 
-    ApiError (raised by handlers with an explicit status and code;
-              `out_of_bounds` is the 422 for a value past an operator's limit)
+    ApiError (raised by handlers with an explicit status and code)
+    services.ServiceError       -> `_SERVICE`'s status, its own code, message and field:
+        Invalid 422, Forbidden 403, Conflict 409 (CommandNotRunning: command_not_running),
+        QuotaExceeded 429, Failed 502
     RequestValidationError      -> 422 validation_error, field from the location
     HTTPException (404/405/...) -> its status, code from the status
     store.NotFound              -> 404 not_found
@@ -12,7 +14,6 @@ The only place that maps exceptions to HTTP statuses:
     control.NotSupported        -> 501 not_implemented
     control.NodeUnavailable     -> 503 node_unavailable
     control.NodeFailed          -> 502 node_error
-    process_errors.CommandNotRunning -> 409 command_not_running
     node.SandboxNotFound/Unavailable -> 409 sandbox_unavailable (the VM is gone or stopped)
     node.NodeError              -> 502 node_error
     TimeoutError                -> 504 timeout
@@ -31,7 +32,14 @@ from starlette.exceptions import HTTPException
 
 from space.control.errors import NodeFailed, NodeUnavailable, NotSupported
 from space.seam.errors import NodeError, SandboxNotFound, SandboxUnavailable
-from space.services.process_errors import CommandNotRunning
+from space.services.errors import (
+    Conflict,
+    Failed,
+    Forbidden,
+    Invalid,
+    QuotaExceeded,
+    ServiceError,
+)
 from space.store.errors import DatabaseUnavailable, InvalidTransition, NotFound, StaleGeneration
 
 log = logging.getLogger(__name__)
@@ -44,12 +52,6 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.field = field
-
-
-def out_of_bounds(field: str, value: float, limit: float, unit: str = "seconds") -> None:
-    """A 422 naming `field` if `value` exceeds the operator's `limit`."""
-    if value > limit:
-        raise ApiError(422, "out_of_bounds", f"{field}: at most {limit:g} {unit}", field)
 
 
 def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
@@ -81,12 +83,27 @@ _DOMAIN: list[tuple[type[Exception], int, str]] = [
     (NotSupported, 501, "not_implemented"),
     (NodeUnavailable, 503, "node_unavailable"),
     (NodeFailed, 502, "node_error"),
-    (CommandNotRunning, 409, "command_not_running"),
     (SandboxNotFound, 409, "sandbox_unavailable"),
     (SandboxUnavailable, 409, "sandbox_unavailable"),
     (NodeError, 502, "node_error"),
     (TimeoutError, 504, "timeout"),
 ]
+
+
+#: The services' refusals (`space.services.errors`), each answered with its own code,
+#: message and field.
+_SERVICE: list[tuple[type[ServiceError], int]] = [
+    (Invalid, 422),
+    (Forbidden, 403),
+    (Conflict, 409),
+    (QuotaExceeded, 429),
+    (Failed, 502),
+]
+
+
+def status_of(exc: ServiceError) -> int:
+    """The status `/v1` answers a service's refusal with (500 for a kind not in `_SERVICE`)."""
+    return next((status for kind, status in _SERVICE if isinstance(exc, kind)), 500)
 
 
 def _field_of(loc: tuple[Any, ...]) -> str:
@@ -118,6 +135,11 @@ async def _api(_request: Request, exc: Exception) -> JSONResponse:
     return _respond(exc.status, exc.code, exc.message, exc.field)
 
 
+async def _service(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    return _respond(status_of(exc), exc.code, exc.message, exc.field)
+
+
 def _domain(status: int, code: str) -> Any:
     async def handler(_request: Request, exc: Exception) -> JSONResponse:
         return _respond(status, code, str(exc))
@@ -141,6 +163,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(HTTPException, _http)
     app.add_exception_handler(ApiError, _api)
+    app.add_exception_handler(ServiceError, _service)
     for exc_type, status, code in _DOMAIN:
         app.add_exception_handler(exc_type, _domain(status, code))
     app.add_exception_handler(DatabaseUnavailable, _database)

@@ -35,8 +35,8 @@ from space.config import QuotaConfig
 from space.control.expiry import Activity
 from space.seam.protocol import CommandHandle, NodeClient
 from space.seam.values import ExecRequest, ExecResult, ProcessEvent
+from space.services.errors import CommandNotRunning
 from space.services.eventlog import LogWriter, Record, follow
-from space.services.process_errors import CommandNotRunning
 from space.services.quotas import release_command, reserve_command
 from space.store.db import Database
 from space.store.errors import NotFound

@@ -1,10 +1,10 @@
 """Per-org quotas at admission: a sandbox create, a process start, a volume, or a new
-template version (a build or a snapshot) is refused with 429 `quota_exceeded` (the
-`field` names the quota) when the org or sandbox is at its limit. Count and insert
-share one transaction under the org's lock (`store.quotas`), so concurrent admissions
-never overshoot; a template's versions and bytes are what its nodes report
-(`template_usage`), so builds and snapshots admitted at once may each add one version
-past them."""
+template version (a build or a snapshot) is refused with `QuotaExceeded` (429
+`quota_exceeded`; the `field` names the quota) when the org or sandbox is at its limit.
+Count and insert share one transaction under the org's lock (`store.quotas`), so
+concurrent admissions never overshoot; a template's versions and bytes are what its
+nodes report (`template_usage`), so builds and snapshots admitted at once may each add
+one version past them."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from space.api.errors import ApiError
 from space.config import QuotaConfig
 from space.seam.values import TemplateUsage
+from space.services.errors import QuotaExceeded
 from space.store import quotas
 from space.store.commands import CommandRepo
 from space.store.db import Database
@@ -29,7 +29,7 @@ def admit_sandbox(
     try:
         quotas.admit_sandbox(session, principal.org_id, limits.sandboxes, count)
     except quotas.QuotaExceeded as exc:
-        raise ApiError(429, "quota_exceeded", str(exc), exc.quota) from exc
+        raise QuotaExceeded(str(exc), exc.quota) from exc
 
 
 def admit_volume(session: Session, config: QuotaConfig, principal: Principal, size_mb: int) -> None:
@@ -43,7 +43,7 @@ def admit_volume(session: Session, config: QuotaConfig, principal: Principal, si
             mb_limit=limits.volume_mb,
         )
     except quotas.QuotaExceeded as exc:
-        raise ApiError(429, "quota_exceeded", str(exc), exc.quota) from exc
+        raise QuotaExceeded(str(exc), exc.quota) from exc
 
 
 def admit_template(session: Session, config: QuotaConfig, principal: Principal, name: str) -> None:
@@ -52,7 +52,7 @@ def admit_template(session: Session, config: QuotaConfig, principal: Principal, 
     try:
         quotas.admit_template(session, principal.org_id, name, limit)
     except quotas.QuotaExceeded as exc:
-        raise ApiError(429, "quota_exceeded", str(exc), exc.quota) from exc
+        raise QuotaExceeded(str(exc), exc.quota) from exc
 
 
 def admit_template_version(config: QuotaConfig, principal: Principal, usage: TemplateUsage) -> None:
@@ -61,11 +61,11 @@ def admit_template_version(config: QuotaConfig, principal: Principal, usage: Tem
     scope = f"org {principal.org_id}"
     if usage.versions >= limits.template_versions:
         exc = quotas.QuotaExceeded("template_versions_per_org", limits.template_versions, scope)
-        raise ApiError(429, "quota_exceeded", str(exc), exc.quota)
+        raise QuotaExceeded(str(exc), exc.quota)
     if usage.bytes >= limits.template_mb << 20:
         held = f"holds {usage.bytes >> 20} of {limits.template_mb} MiB of template versions"
         exc = quotas.QuotaExceeded("template_mb_per_org", limits.template_mb, scope, held)
-        raise ApiError(429, "quota_exceeded", str(exc), exc.quota)
+        raise QuotaExceeded(str(exc), exc.quota)
 
 
 def admit_command(session: Session, config: QuotaConfig, org_id: str, sandbox_id: str) -> None:
@@ -80,7 +80,7 @@ def admit_command(session: Session, config: QuotaConfig, org_id: str, sandbox_id
             per_sandbox=limits.commands_per_sandbox,
         )
     except quotas.QuotaExceeded as exc:
-        raise ApiError(429, "quota_exceeded", str(exc), exc.quota) from exc
+        raise QuotaExceeded(str(exc), exc.quota) from exc
 
 
 def reserve_command(

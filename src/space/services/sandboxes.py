@@ -10,8 +10,8 @@ then the row), delete
 process registry), list and get in the caller's org, power operations and
 the deadline. The fronts only translate their bodies in and their shapes out.
 
-Refusals are `ApiError`s (status, code, message, field); each front renders
-them in its own error shape:
+Refusals are `services.errors` (their kind, code, message, field); each front maps
+them to its own error shape (the statuses below are `/v1`'s):
 
     422 out_of_bounds           timeout / idle_timeout past SPACE_LIMITS_TIMEOUT
     422 unknown_template        the node has no such template, or another org owns it
@@ -53,7 +53,6 @@ from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from space.api.errors import ApiError, out_of_bounds
 from space.config import Settings
 from space.control.errors import NodeUnavailable
 from space.control.expiry import lifetime_until
@@ -64,6 +63,7 @@ from space.credentials.scopes import SandboxRef, fenced_in
 from space.gateway.policy import PolicyError
 from space.seam.protocol import NodeClient
 from space.services.credential_push import CredentialPush
+from space.services.errors import Conflict, Failed, Forbidden, Invalid, out_of_bounds
 from space.services.processes import ProcessRegistry
 from space.services.quotas import admit_sandbox
 from space.services.volumes import MountRequest, resolve_mounts
@@ -179,9 +179,9 @@ class SandboxService:
         await self._lifecycle.ensure_created(sandbox_id)
         [row], org_holds_credentials = self._read_back(principal, [sandbox_id])
         if row.state == SandboxState.ERROR.value:
-            raise ApiError(502, "sandbox_create_failed", f"sandbox {row.id}: {row.reason}")
+            raise Failed(f"sandbox {row.id}: {row.reason}", code="sandbox_create_failed")
         if row.state != SandboxState.RUNNING.value:
-            raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
+            raise Conflict(f"sandbox {row.id} is {row.state}, not running")
         if self._credentials is not None and org_holds_credentials:
             await self._credentials.created(row)
         return row
@@ -190,14 +190,14 @@ class SandboxService:
         """`count` new sandboxes holding `source`'s memory and disk at one instant, in
         its org, each of them running (the source runs on)."""
         if not 1 <= count <= FORK_MAX:
-            raise ApiError(422, "out_of_bounds", f"count: 1 to {FORK_MAX}", "count")
+            raise Invalid(f"count: 1 to {FORK_MAX}", "count", code="out_of_bounds")
         self._node_or_unavailable()  # an API-only replica has no node to fork on
         if source.state != SandboxState.RUNNING.value:
             message = f"sandbox {source.id} is {source.state}: only a running sandbox forks"
-            raise ApiError(409, "sandbox_not_running", message)
+            raise Conflict(message, code="sandbox_not_running")
         if source.volumes:
             message = f"sandbox {source.id} mounts volumes: a sandbox with volumes does not fork"
-            raise ApiError(409, "sandbox_has_volumes", message)
+            raise Conflict(message, code="sandbox_has_volumes")
         with self._db.session() as session:
             admit_sandbox(session, self._settings.quotas, principal, count)
             ids = [row.id for row in SandboxRepo(session).create_forks(source, count)]
@@ -205,9 +205,9 @@ class SandboxService:
         rows, org_holds_credentials = self._read_back(principal, ids)
         for row in rows:
             if row.state == SandboxState.ERROR.value:
-                raise ApiError(502, "sandbox_fork_failed", f"sandbox {row.id}: {row.reason}")
+                raise Failed(f"sandbox {row.id}: {row.reason}", code="sandbox_fork_failed")
             if row.state != SandboxState.RUNNING.value:
-                raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
+                raise Conflict(f"sandbox {row.id} is {row.state}, not running")
         if self._credentials is not None and org_holds_credentials:
             for row in rows:
                 await self._credentials.created(row)
@@ -250,16 +250,13 @@ class SandboxService:
             if row is None:
                 return None
             if row.request_digest != new.request_digest:
-                raise ApiError(
-                    422,
-                    "idempotency_key_reused",
+                raise Invalid(
                     f"Idempotency-Key was used for a different request (sandbox {row.id})",
                     "Idempotency-Key",
+                    code="idempotency_key_reused",
                 )
             if row.state == SandboxState.DELETED.value:
-                raise ApiError(
-                    409, "conflict", f"sandbox {row.id}, created under this key, was deleted"
-                )
+                raise Conflict(f"sandbox {row.id}, created under this key, was deleted")
             return row.id
 
     async def validate_template(self, template: str, org_id: str) -> None:
@@ -269,11 +266,10 @@ class SandboxService:
             owner = TemplateRepo(session).owner(template)
         known = await self.templates(org_id) if self._node is not None else None
         if owner not in (None, org_id) or (known is not None and template not in known):
-            raise ApiError(
-                422,
-                "unknown_template",
+            raise Invalid(
                 f"no template {template!r}; known: {', '.join(known or ())}",
                 "template",
+                code="unknown_template",
             )
 
     async def templates(self, org_id: str) -> list[str]:
@@ -291,7 +287,7 @@ class SandboxService:
         try:
             return self._settings.egress.org_policies().resolve(principal.org_name, network)
         except PolicyError as exc:
-            raise ApiError(422, "invalid_network_policy", str(exc), "network") from exc
+            raise Invalid(str(exc), "network", code="invalid_network_policy") from exc
 
     def get(self, principal: Principal, sandbox_id: str) -> Sandbox:
         """The caller's sandbox (another org's is NotFound). A read: not activity."""
@@ -342,7 +338,7 @@ class SandboxService:
         `rules` credentials, and its gateway gets the new view."""
         policy = self.resolve_network(principal, network)
         if row.state != SandboxState.RUNNING.value:
-            raise ApiError(409, "conflict", f"sandbox {row.id} is {row.state}, not running")
+            raise Conflict(f"sandbox {row.id} is {row.state}, not running")
         found = None
         if uses is not None:
             with self._db.session() as session:
@@ -367,11 +363,11 @@ def _role(principal: Principal, request: SandboxRequest) -> str:
     `sandbox`-tier key mounts no volume (403 naming `volumes`)."""
     if request.volumes and not principal.may("volumes"):
         message = f"a key of role {principal.role!r} mounts no volume"
-        raise ApiError(403, "forbidden", message, "volumes")
+        raise Forbidden(message, "volumes")
     role = request.role or principal.role
     problem = None if principal.is_admin else roles.grants(principal.role, role)
     if problem is not None:
-        raise ApiError(403, "forbidden", problem, "role")
+        raise Forbidden(problem, "role")
     return role
 
 
@@ -391,7 +387,7 @@ def _check_credentials(session: Session, principal: Principal, new: NewSandbox) 
         else:
             continue
         field = f"credentials.{i}"
-        raise ApiError(422, "unknown_credential", f"{field}: {name!r} {why}", field)
+        raise Invalid(f"{field}: {name!r} {why}", field, code="unknown_credential")
 
 
 def _credential_uses(
@@ -407,12 +403,12 @@ def _credential_uses(
             credential = None
         if credential is None or not isinstance(credential.application, RulesApply):
             message = f"{use.where}: no secret named {use.name!r} in this org"
-            raise ApiError(422, "unknown_secret", message, use.where)
+            raise Invalid(message, use.where, code="unknown_secret")
         if not fenced_in(credential.application, use.host):
             message = (
                 f"{use.where}: secret {use.name!r} is fenced to {credential.application.hosts}"
             )
-            raise ApiError(403, "outside_fence", message, use.where)
+            raise Forbidden(message, use.where, code="outside_fence")
         found.append(CredentialUse(credential.id, use.host, use.application))
     return tuple(found)
 

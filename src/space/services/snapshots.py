@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from space.api.access import require
-from space.api.errors import ApiError
 from space.api.state import AppState
 from space.services import quotas
+from space.services.access import require
+from space.services.errors import Conflict
 from space.store.keys import Principal
 from space.store.models import Sandbox
 from space.store.templates import TemplateNameTaken, TemplateRepo
@@ -51,8 +51,8 @@ def _claim(state: AppState, principal: Principal, name: str, known: list[str]) -
         quotas.admit_template(session, state.settings.quotas, principal, name)
         repo = TemplateRepo(session)
         if repo.owner(name) is None and name in known:
-            raise ApiError(409, "template_name_taken", f"template {name!r} is not yours", "name")
+            raise Conflict(f"template {name!r} is not yours", "name", code="template_name_taken")
         try:
             repo.claim(principal.org_id, name)
         except TemplateNameTaken as exc:
-            raise ApiError(409, "template_name_taken", str(exc), "name") from None
+            raise Conflict(str(exc), "name", code="template_name_taken") from None

@@ -5,7 +5,8 @@ build, delete an org's template.
 A build is a `template_builds` row the leading controller's runner
 (`control.builds`) takes to a node; the API only queues it, with the org's claim on
 the name, in one transaction under the org's lock (so a per-org bound holds and two
-orgs racing for one name get one 202 and one 409). Refusals are `ApiError`s:
+orgs racing for one name get one 202 and one 409). Refusals are `services.errors`
+(`/v1`'s statuses):
 
     422 validation_error        not exactly one of `dockerfile` and `from`; a recipe
                                 whose first instruction is not FROM (`dockerfile`);
@@ -41,8 +42,6 @@ from typing import NoReturn
 
 from sqlalchemy.orm import Session
 
-from space.api.access import require
-from space.api.errors import ApiError
 from space.api.state import AppState
 from space.api.template_schemas import (
     MAX_CONTEXT_BYTES,
@@ -57,6 +56,8 @@ from space.recipes.parse import RecipeError
 from space.seam import wire
 from space.seam.values import BuildSpec
 from space.services import quotas as admission
+from space.services.access import require
+from space.services.errors import Conflict, Invalid, QuotaExceeded
 from space.services.eventlog import Record
 from space.store import quotas
 from space.store.db import Database
@@ -93,7 +94,7 @@ def decoded_context(context: dict[str, str]) -> dict[str, bytes]:
 
 
 def _invalid(field: str, why: str) -> NoReturn:
-    raise ApiError(422, "validation_error", f"{field}: {why}", field)
+    raise Invalid(f"{field}: {why}", field)
 
 
 async def submit(state: AppState, principal: Principal, body: CreateTemplate) -> BuildCreated:
@@ -120,7 +121,7 @@ async def submit(state: AppState, principal: Principal, body: CreateTemplate) ->
     try:
         base = await state.recipes.check(recipe, spec.args, sizes)
     except RecipeError as exc:
-        raise ApiError(422, "invalid_recipe", f"{base_field}: {exc}", base_field) from exc
+        raise Invalid(f"{base_field}: {exc}", base_field, code="invalid_recipe") from exc
     await _check_names(state, principal, body.name, base, base_field)
     with state.db.session() as session:
         owned = TemplateRepo(session).names_of(principal.org_id)
@@ -141,15 +142,15 @@ async def _check_names(
     usable = await state.sandboxes.templates(principal.org_id)
     if base not in usable:
         message = f"{base_field}: no template {base!r} to build from"
-        raise ApiError(422, "unknown_template", message, base_field)
+        raise Invalid(message, base_field, code="unknown_template")
     if name in usable:
         with state.db.session() as session:
             if TemplateRepo(session).owner(name) is None:
                 raise _taken(name, "a built-in or operator-imported template's")
 
 
-def _taken(name: str, whose: str) -> ApiError:
-    return ApiError(409, "template_name_taken", f"{name!r} is {whose} name", "name")
+def _taken(name: str, whose: str) -> Conflict:
+    return Conflict(f"{name!r} is {whose} name", "name", code="template_name_taken")
 
 
 def _queue(session: Session, state: AppState, principal: Principal, spec: BuildSpec) -> str:
@@ -159,7 +160,7 @@ def _queue(session: Session, state: AppState, principal: Principal, spec: BuildS
     limit = state.settings.quotas.template_builds
     if repo.active_count(principal.org_id) >= limit:
         exc = quotas.QuotaExceeded("template_builds", limit, f"org {principal.org_id}")
-        raise ApiError(429, "quota_exceeded", str(exc), exc.quota)
+        raise QuotaExceeded(str(exc), exc.quota)
     repo.claim(principal.org_id, spec.name)
     return repo.queue(principal.org_id, spec.name, wire.encode(spec)).id
 
@@ -253,7 +254,7 @@ async def cancel(state: AppState, principal: Principal, build_id: str) -> BuildO
     out = build_out(state.db, principal, build_id)
     if out.state != BuildState.CANCELLED:
         message = f"build {build_id} is {out.state}: only a queued or building one can be cancelled"
-        raise ApiError(409, "build_finished", message, "build_id")
+        raise Conflict(message, "build_id", code="build_finished")
     return out
 
 
@@ -279,7 +280,7 @@ def _idle(session: Session, principal: Principal, name: str) -> None:
     active = [b for b in TemplateRepo(session).views_of(principal.org_id) if b.name == name]
     if any(b.state in ACTIVE for b in active):
         message = f"template {name!r} has a build queued or building"
-        raise ApiError(409, "build_in_progress", message, "name")
+        raise Conflict(message, "name", code="build_in_progress")
 
 
 async def events(

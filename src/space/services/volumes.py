@@ -15,7 +15,8 @@ row share a transaction under the org's lock (`store.quotas.lock_org`, taken by 
 create's quota admission and by every volume change here), with the volume rows read
 `FOR UPDATE` on PostgreSQL.
 
-Refusals are `ApiError`s; each front renders them in its own shape:
+Refusals are `services.errors` (store.NotFound, control.NodeUnavailable as they come);
+each front maps them to its own shape (the statuses below are `/v1`'s):
 
     422 out_of_bounds          size_mb past SPACE_MAX_VOLUME_MB (field `size_mb`)
     429 quota_exceeded         volumes_per_org / volume_mb_per_org (`services.quotas`)
@@ -41,11 +42,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from space.api.access import require
-from space.api.errors import ApiError, out_of_bounds
 from space.config import Settings
 from space.control.errors import NodeUnavailable
 from space.seam.protocol import NodeClient
+from space.services.access import require
+from space.services.errors import Conflict, Failed, Invalid, out_of_bounds
 from space.services.quotas import admit_volume
 from space.store.db import Database
 from space.store.errors import NotFound
@@ -129,7 +130,7 @@ class VolumeService:
             repo = VolumeRepo(session)
             row = _find(repo, principal.org_id, ref, by_id)
             if row.state == "creating":
-                raise ApiError(409, "volume_not_ready", f"volume {row.name} is being created")
+                raise Conflict(f"volume {row.name} is being created", code="volume_not_ready")
             _unmounted(row, repo.mounters(principal.org_id, row.id))
             repo.set_state(row.id, "deleting")
         try:
@@ -150,7 +151,7 @@ class VolumeService:
             if isinstance(exc, NodeUnavailable) or not isinstance(exc, Exception):
                 raise
             message = f"volume {row.name}: the node could not make it: {exc}"
-            raise ApiError(502, "volume_create_failed", message) from exc
+            raise Failed(message, code="volume_create_failed") from exc
         self._set_state(row.id, "ready")
         with self._db.session() as session:
             return VolumeView(VolumeRepo(session).get(row.id), [])
@@ -187,7 +188,7 @@ def resolve_mounts(
         _one_writer(row, mount, held.get(row.id, []))
     if len({row.node for row in rows}) > 1:
         names = ", ".join(row.name for row in rows)
-        raise ApiError(409, "volumes_apart", f"volumes {names} live on different nodes")
+        raise Conflict(f"volumes {names} live on different nodes", code="volumes_apart")
     return [
         {"volume_id": row.id, "path": mount.path, "read_only": mount.read_only}
         for row, mount in zip(rows, mounts, strict=True)
@@ -200,7 +201,7 @@ def _once(mounts: tuple[MountRequest, ...], i: int) -> None:
     for key, seen in (("name", {m.name for m in earlier}), ("path", {m.path for m in earlier})):
         if getattr(mount, key) in seen:
             field = f"{mount.where}.{i}.{key}"
-            raise ApiError(422, "validation_error", f"{field}: is listed twice", field)
+            raise Invalid(f"{field}: is listed twice", field)
 
 
 def _mountable(repo: VolumeRepo, org_id: str, mount: MountRequest, i: int) -> Volume:
@@ -209,7 +210,7 @@ def _mountable(repo: VolumeRepo, org_id: str, mount: MountRequest, i: int) -> Vo
     except NotFound:
         field = f"{mount.where}.{i}.name"
         message = f"{field}: no volume named {mount.name!r} in this org"
-        raise ApiError(422, "unknown_volume", message, field) from None
+        raise Invalid(message, field, code="unknown_volume") from None
     return _ready(row)
 
 
@@ -222,18 +223,18 @@ def _one_writer(row: Volume, mount: MountRequest, holders: list[Mounter]) -> Non
             f"volume {row.name} is mounted {how} by sandbox {blocking[0].sandbox_id}: "
             "one writer at a time, or any number of read-only mounts"
         )
-        raise ApiError(409, "volume_in_use", message)
+        raise Conflict(message, code="volume_in_use")
 
 
 def _unmounted(row: Volume, holders: list[Mounter]) -> None:
     if holders:
         ids = ", ".join(h.sandbox_id for h in holders)
-        raise ApiError(409, "volume_in_use", f"volume {row.name} is mounted by sandbox {ids}")
+        raise Conflict(f"volume {row.name} is mounted by sandbox {ids}", code="volume_in_use")
 
 
 def _ready(row: Volume) -> Volume:
     if row.state != "ready":
-        raise ApiError(409, "volume_not_ready", f"volume {row.name} is {row.state}")
+        raise Conflict(f"volume {row.name} is {row.state}", code="volume_not_ready")
     return row
 
 
@@ -252,4 +253,4 @@ def _insert(
     try:
         return repo.create(org_id, name, size_mb, clone_of=clone_of)
     except VolumeExists as exc:
-        raise ApiError(409, "volume_exists", str(exc), "name") from exc
+        raise Conflict(str(exc), "name", code="volume_exists") from exc

@@ -2,6 +2,9 @@
 routes and envd's `/files` and `/health`; one table maps SPACE's errors onto it.
 
     ApiError                         its own status
+    services.ServiceError            `_SERVICE`'s status, its message: Invalid 422,
+                                     Forbidden 403, Conflict 409, QuotaExceeded 429,
+                                     Failed 502
     RequestValidationError           422, the message starting with the field
                                      (SPACE's rule for a value out of bounds)
     HTTPException                    its status
@@ -32,6 +35,14 @@ from space.api.e2b.routing import EnvdAuthError, SandboxNotRunning
 from space.api.errors import ApiError
 from space.control.errors import NodeFailed, NodeUnavailable, NotSupported
 from space.seam.errors import NodeError
+from space.services.errors import (
+    Conflict,
+    Failed,
+    Forbidden,
+    Invalid,
+    QuotaExceeded,
+    ServiceError,
+)
 from space.store.errors import DatabaseUnavailable, InvalidTransition, NotFound, StaleGeneration
 
 log = logging.getLogger(__name__)
@@ -57,6 +68,15 @@ _STATUS: list[tuple[type[Exception], int]] = [
     (OSError, 400),  # any other refusal of a file operation by the sandbox (EINVAL, EIO, ...)
 ]
 
+#: The services' refusals (`space.services.errors`): E2B answers their message.
+_SERVICE: list[tuple[type[ServiceError], int]] = [
+    (Invalid, 422),
+    (Forbidden, 403),
+    (Conflict, 409),
+    (QuotaExceeded, 429),
+    (Failed, 502),
+]
+
 
 class E2bError(Exception):
     def __init__(self, status: int, message: str) -> None:
@@ -78,6 +98,9 @@ def _describe(exc: Exception) -> tuple[int, str]:
         return exc.status, exc.message
     if isinstance(exc, ApiError):
         return exc.status, exc.message
+    if isinstance(exc, ServiceError):
+        status = next((status for kind, status in _SERVICE if isinstance(exc, kind)), 500)
+        return status, exc.message
     if isinstance(exc, HTTPException):
         return exc.status_code, str(exc.detail)
     if isinstance(exc, RequestValidationError):

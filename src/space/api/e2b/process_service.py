@@ -34,10 +34,10 @@ from space.api.e2b.messages import (
 )
 from space.api.e2b.routing import EnvdTarget
 from space.api.e2b.streams import get_within, stream_response
-from space.api.errors import ApiError
 from space.api.revocation import KeyWatch
 from space.api.state import AppState
 from space.seam.values import ExecRequest
+from space.services.errors import ServiceError
 from space.services.processes import LiveProcess, ProcessConfig, ProcessRegistry
 
 router = APIRouter(prefix="/process.Process", route_class=ConnectRoute, include_in_schema=False)
@@ -89,7 +89,7 @@ async def start(request: Request, target: EnvdDep, front: FrontDep, state: State
             pty=pty is not None,
             tag=body.tag,
         )
-    except ApiError as exc:  # a quota: envd's own code for it
+    except ServiceError as exc:  # a quota: envd's own code for it
         raise ConnectError("resource_exhausted", f"{exc.code}: {exc.message}") from exc
     return _follow(request, front, registry, live, _watch(state, target))
 

@@ -35,9 +35,9 @@ from space.api.e2b.rest_models import (
     sandbox_json,
 )
 from space.api.e2b.rules import secret_uses
-from space.api.errors import out_of_bounds
 from space.api.state import AppState
 from space.control.power import PowerOp
+from space.services.errors import out_of_bounds
 from space.services.sandboxes import SandboxRequest, rendered
 from space.services.volumes import volume_names
 from space.store.keys import Principal

@@ -30,13 +30,13 @@ from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy.orm import Session
 
-from space.api.access import require
 from space.api.deps import StateDep, credential_push, credential_service
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.rest import PrincipalDep
 from space.api.schemas import CredentialValue
 from space.credentials.audit import AuditEvent
 from space.credentials.model import Credential, HostPattern, Policy, RulesApply
+from space.services.access import require
 from space.store.credentials import CredentialExists, CredentialRepo
 from space.store.errors import NotFound
 from space.store.keys import Principal

@@ -22,7 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from space.api.deps import StateDep
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.rest import PrincipalDep, visible
-from space.api.errors import ApiError
 from space.services import snapshots as snapshot_service
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False)
@@ -52,10 +51,7 @@ async def create(
     if body.memory is not False:
         raise E2bError(400, FILESYSTEM_ONLY)
     name = body.name or f"snap-{secrets.token_hex(4)}"
-    try:
-        made = await snapshot_service.snapshot(state, principal, row, name)
-    except ApiError as exc:
-        raise E2bError(exc.status, exc.message) from None
+    made = await snapshot_service.snapshot(state, principal, row, name)
     return JSONResponse(_info(made.name), status_code=201)
 
 

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Header, Response
 from fastapi.responses import StreamingResponse
 
 from space.api.deps import DataPlaneDep, PrincipalDep, SessionDep, StateDep, require_running
-from space.api.errors import ApiError, out_of_bounds
+from space.api.errors import ApiError
 from space.api.revocation import KeyWatch
 from space.api.schemas import (
     MAX_COMMAND_WIRE_BYTES,
@@ -30,6 +30,7 @@ from space.api.schemas import (
 )
 from space.api.sse import event_stream
 from space.seam.values import ExecRequest
+from space.services.errors import out_of_bounds
 from space.services.processes import ProcessConfig
 from space.store.commands import CommandRepo
 

@@ -35,7 +35,7 @@ from space.api.deps import (
     credential_push,
     credential_service,
 )
-from space.api.errors import ApiError, out_of_bounds
+from space.api.errors import ApiError
 from space.api.schemas import CredentialName, CredentialValue
 from space.credentials.audit import AuditEvent, AuditRecord
 from space.credentials.model import (
@@ -47,6 +47,7 @@ from space.credentials.model import (
 )
 from space.credentials.scopes import WideningError
 from space.services.credentials import CredentialService
+from space.services.errors import out_of_bounds
 from space.store.credential_audit import AuditFilter, AuditRepo
 from space.store.credentials import CredentialExists, CredentialRepo
 from space.store.errors import NotFound

@@ -7,7 +7,6 @@ from datetime import timedelta
 from fastapi import APIRouter
 
 from space.api.deps import PrincipalDep, SandboxDep, StateDep
-from space.api.errors import out_of_bounds
 from space.api.routes.sandboxes import shown, with_ingress
 from space.api.schemas import (
     ForkBody,
@@ -19,6 +18,7 @@ from space.api.schemas import (
 )
 from space.control.power import PowerOp
 from space.services import snapshots as snapshot_service
+from space.services.errors import out_of_bounds
 from space.store.models import utcnow
 
 router = APIRouter(prefix="/v1/sandboxes/{sandbox_id}", tags=["lifecycle"])

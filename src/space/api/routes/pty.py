@@ -38,13 +38,14 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.websockets import WebSocketDisconnect
 
 from space.api.deps import require_running
-from space.api.errors import ApiError, error_body
+from space.api.errors import ApiError, error_body, status_of
 from space.api.revocation import KeyWatch
 from space.api.state import AppState
 from space.control.errors import NodeFailed, NodeUnavailable
 from space.seam.errors import NodeError
 from space.seam.protocol import CommandHandle
 from space.seam.values import ExecRequest
+from space.services.errors import ServiceError
 from space.services.quotas import release_command, reserve_command
 from space.store.errors import InvalidTransition, NotFound
 from space.store.keys import KeyRepo, Principal
@@ -119,6 +120,9 @@ async def pty(
         )
     except ApiError as exc:
         await _deny(websocket, exc.status, exc.code, exc.message, exc.field)
+        return
+    except ServiceError as exc:  # the role, or the command quota
+        await _deny(websocket, status_of(exc), exc.code, exc.message, exc.field)
         return
     except (NotFound, InvalidTransition, NodeUnavailable, NodeFailed, NodeError) as exc:
         status, code = _status_of(exc)
