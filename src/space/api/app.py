@@ -35,6 +35,7 @@ from space.control.builds import BuildLimits
 from space.control.controller import AfterPass, Controller
 from space.control.expiry import Activity
 from space.control.waiter import DbWaiter, Lifecycle
+from space.recipes.worker import RecipeChecker
 from space.seam.protocol import NodeClient
 from space.seam.values import SandboxObservation
 from space.services.audit_copy import AuditCopy
@@ -42,6 +43,8 @@ from space.services.credential_push import CredentialPush
 from space.services.credentials import CredentialService
 from space.services.processes import ProcessRegistry
 from space.services.sandboxes import SandboxService
+from space.services.snapshots import SnapshotService
+from space.services.templates import TemplateService
 from space.store.commands import CommandRepo
 from space.store.db import Database
 
@@ -94,7 +97,26 @@ def create_app(
                 await controller.aclose()
 
     app = FastAPI(title="SPACE", version=API_VERSION, lifespan=lifespan)
-    app.state.space = AppState(settings, db, node, lifecycle, service, registry, activity)
+    templates = TemplateService(
+        db=db,
+        settings=settings,
+        node=node,
+        sandboxes=service,
+        # checks recipes at submission, in limited child processes (`space.recipes.worker`)
+        recipes=RecipeChecker(),
+    )
+    snapshots = SnapshotService(db=db, quotas=settings.quotas, node=node)
+    app.state.space = AppState(
+        settings=settings,
+        db=db,
+        node_client=node,
+        lifecycle=lifecycle,
+        sandboxes=service,
+        registry=registry,
+        templates=templates,
+        snapshots=snapshots,
+        activity=activity,
+    )
     app.state.metrics = metrics
     app.state.credentials = credential_service
     app.state.credential_push = pushes

@@ -1,5 +1,5 @@
-"""What one API process holds: settings, database, node, controller, the sandbox
-service and the process registry both fronts share."""
+"""What one API process holds: settings, database, node, controller, and the
+services the fronts share (sandboxes, templates, snapshots, the process registry)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from space.config import Settings
 from space.control.errors import NodeUnavailable
 from space.control.expiry import Activity
 from space.control.waiter import Lifecycle
-from space.recipes.worker import RecipeChecker
 from space.seam.protocol import NodeClient
 from space.services.processes import ProcessRegistry
 from space.services.sandboxes import SandboxService
+from space.services.snapshots import SnapshotService
+from space.services.templates import TemplateService
 from space.store.db import Database
 
 
@@ -24,9 +25,9 @@ class AppState:
     lifecycle: Lifecycle
     sandboxes: SandboxService
     registry: ProcessRegistry | None
+    templates: TemplateService
+    snapshots: SnapshotService
     activity: Activity = field(default_factory=Activity)
-    #: Checks recipes at submission, in limited child processes (`space.recipes.worker`).
-    recipes: RecipeChecker = field(default_factory=RecipeChecker)
 
     @property
     def node(self) -> NodeClient:

@@ -11,11 +11,11 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, Field, StrictInt, StringConstraints
 
 from space.api.schemas import KIB, MAX_PATH_CHARS, NO_NUL, Strict
+from space.services.templates import MAX_CONTEXT_BYTES
 
 TEMPLATE_NAME = r"^[a-z0-9][a-z0-9-]{0,62}$"
 MAX_DOCKERFILE_BYTES = 1 << 20
 MAX_CONTEXT_FILES = 1000
-MAX_CONTEXT_BYTES = 16 << 20
 MAX_BUILD_ARGS = 64
 MAX_CMD_CHARS = 4096
 #: The largest `POST /v1/templates` body: the context as base64 and the recipe

@@ -22,7 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from space.api.deps import StateDep
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.rest import PrincipalDep, visible
-from space.services import snapshots as snapshot_service
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False)
 
@@ -51,7 +50,7 @@ async def create(
     if body.memory is not False:
         raise E2bError(400, FILESYSTEM_ONLY)
     name = body.name or f"snap-{secrets.token_hex(4)}"
-    made = await snapshot_service.snapshot(state, principal, row, name)
+    made = await state.snapshots.snapshot(principal, row, name)
     return JSONResponse(_info(made.name), status_code=201)
 
 
@@ -62,6 +61,6 @@ async def list_snapshots(
     name: Annotated[str | None, Query(max_length=63)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 100,
 ) -> JSONResponse:
-    names = snapshot_service.own_templates(state, principal.org_id)
+    names = state.snapshots.own_templates(principal.org_id)
     chosen = [n for n in names if name is None or n == name][:limit]
     return JSONResponse([_info(n) for n in chosen])

@@ -17,7 +17,6 @@ from space.api.schemas import (
     TimeoutBody,
 )
 from space.control.power import PowerOp
-from space.services import snapshots as snapshot_service
 from space.services.errors import out_of_bounds
 from space.store.models import utcnow
 
@@ -65,7 +64,7 @@ async def snapshot(
 ) -> SnapshotOut:
     """This running sandbox's disk as the newest version of the org's template `name`
     (it runs on); sandboxes of it boot from that disk (no memory is kept)."""
-    made = await snapshot_service.snapshot(state, principal, sandbox, body.name)
+    made = await state.snapshots.snapshot(principal, sandbox, body.name)
     return SnapshotOut(name=made.name, digest=made.digest, source=made.source)
 
 

@@ -20,8 +20,9 @@ from space.api.template_schemas import (
     CreateTemplate,
     TemplateList,
     TemplateOut,
+    VersionOut,
 )
-from space.services import templates as template_service
+from space.services.templates import Build, Template, TemplateRequest
 
 router = APIRouter(prefix="/v1/templates", tags=["templates"])
 
@@ -32,19 +33,33 @@ async def create_template(
 ) -> BuildCreated:
     """Queue a build of template `name` from `dockerfile` (or `FROM <from>`); follow it
     with `GET /v1/templates/builds/{build_id}/events`. The name becomes the org's."""
-    return await template_service.submit(state, principal, body)
+    request = TemplateRequest(
+        name=body.name,
+        dockerfile=body.dockerfile,
+        from_=body.from_,
+        context=body.context,
+        args=body.args,
+        start_cmd=body.start_cmd,
+        ready_cmd=body.ready_cmd,
+        memory_mb=body.memory_mb,
+        disk_mb=body.disk_mb,
+        network=body.network,
+    )
+    build_id = await state.templates.submit(principal, request)
+    return BuildCreated(build_id=build_id, name=body.name, state="queued")
 
 
 @router.get("")
 async def list_templates(principal: PrincipalDep, state: StateDep) -> TemplateList:
     """The templates the org can use: the node's (less other orgs' own) and the org's
     own, each with its latest build's state and its ready versions."""
-    return TemplateList(templates=await template_service.listed(state, principal))
+    templates = await state.templates.listed(principal)
+    return TemplateList(templates=[_template_out(template) for template in templates])
 
 
 @router.get("/builds/{build_id}")
 async def get_build(build_id: str, principal: PrincipalDep, state: StateDep) -> BuildOut:
-    return template_service.build_out(state.db, principal, build_id)
+    return _build_out(state.templates.build(principal, build_id))
 
 
 @router.delete("/builds/{build_id}")
@@ -52,7 +67,7 @@ async def cancel_build(build_id: str, principal: PrincipalDep, state: StateDep) 
     """Cancel a queued build (it never starts) or a building one (its node stops the
     build VM and removes its files; nothing is registered): the build, `cancelled`.
     409 `build_finished` once it is ready or failed."""
-    return await template_service.cancel(state, principal, build_id)
+    return _build_out(await state.templates.cancel(principal, build_id))
 
 
 @router.get(
@@ -72,9 +87,8 @@ async def build_events(
     `Last-Event-ID` resumes after that offset. A stream ends after
     SPACE_TIMEOUT_BUILD_EVENTS s, or soon after its key is revoked or expires."""
     after = _offset(last_event_id)
-    template_service.build_of(state.db, principal, build_id)
-    records = template_service.events(
-        state.db,
+    state.templates.build_of(principal, build_id)
+    records = state.templates.events(
         build_id,
         after,
         keepalive=state.settings.server.sse_keepalive_seconds,
@@ -90,13 +104,13 @@ async def build_events(
 
 @router.get("/{name}")
 async def get_template(name: str, principal: PrincipalDep, state: StateDep) -> TemplateOut:
-    return await template_service.one(state, principal, name)
+    return _template_out(await state.templates.one(principal, name))
 
 
 @router.delete("/{name}", status_code=204)
 async def delete_template(name: str, principal: PrincipalDep, state: StateDep) -> Response:
     """Delete the org's template from the node, then its name and builds."""
-    await template_service.delete(state, principal, name)
+    await state.templates.delete(principal, name)
     return Response(status_code=204)
 
 
@@ -106,3 +120,29 @@ def _offset(value: str | None) -> int:
     if re.fullmatch(r"[0-9]{1,12}", value) is None:
         raise ApiError(400, "bad_request", "not an event id", "Last-Event-ID")
     return int(value)
+
+
+def _template_out(template: Template) -> TemplateOut:
+    return TemplateOut(
+        name=template.name,
+        owned=template.owned,
+        state=template.state,
+        latest_build=template.latest_build,
+        versions=[
+            VersionOut(build_id=v.build_id, digest=v.digest, created_at=v.created_at)
+            for v in template.versions
+        ],
+    )
+
+
+def _build_out(build: Build) -> BuildOut:
+    return BuildOut(
+        id=build.id,
+        name=build.name,
+        state=build.state,
+        queue_position=build.queue_position,
+        error=build.error,
+        log=build.log,
+        created_at=build.created_at,
+        updated_at=build.updated_at,
+    )
