@@ -1,5 +1,5 @@
-"""Moved to `space.services.audit_copy`; `space.cli` still imports it from here until the
-CLI's own move (its package) lands. Nothing else may import this module."""
+"""Moved to `space.services.audit_copy`; only `space.cli.serve` still imports it from here.
+Point that import at `space.services.audit_copy` and delete this module."""
 
 from space.services.audit_copy import AuditCopy
 

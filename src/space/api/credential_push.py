@@ -1,5 +1,5 @@
-"""Moved to `space.services.credential_push`; `space.cli` still imports it from here until the
-CLI's own move (its package) lands. Nothing else may import this module."""
+"""Moved to `space.services.credential_push`; only `space.cli.serve` still imports it from here.
+Point that import at `space.services.credential_push` and delete this module."""
 
 from space.services.credential_push import CredentialPush
 

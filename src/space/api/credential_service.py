@@ -1,5 +1,5 @@
-"""Moved to `space.services.credentials`; `space.cli` still imports it from here until the
-CLI's own move (its package) lands. Nothing else may import this module."""
+"""Moved to `space.services.credentials`; only `space.cli.serve` still imports it from here.
+Point that import at `space.services.credentials` and delete this module."""
 
 from space.services.credentials import CredentialService
 
