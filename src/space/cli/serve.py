@@ -254,12 +254,12 @@ async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: 
     """One term of leadership: the reconciler and the idle/timeout sweep, fenced by the
     lease, and the lost-node detector, until the term ends (the task is cancelled)."""
     from space.api.app import after_pass
-    from space.api.audit_copy import AuditCopy
-    from space.api.credential_push import CredentialPush
-    from space.api.credential_service import CredentialService
     from space.control.builds import BuildLimits
     from space.control.controller import Controller
     from space.control.registry import detect_lost_nodes
+    from space.services.audit_copy import AuditCopy
+    from space.services.credential_push import CredentialPush
+    from space.services.credentials import CredentialService
 
     credentials = CredentialService(settings, db)
     timeout = settings.timeouts.node_call
