@@ -397,7 +397,7 @@ class FakeNode:
         return FakeWatch(self, sandbox_id, path, recursive)
 
     async def start_process(
-        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool
+        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin_pipe: bool
     ) -> FakeCommand:
         self._require(sandbox_id)
         self.started.append((sandbox_id, request))

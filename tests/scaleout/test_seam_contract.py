@@ -139,7 +139,7 @@ async def test_streamed_output_arrives_in_order(node: NodeClient) -> None:
 
 async def test_start_process_list_and_attach(node: NodeClient) -> None:
     request = ExecRequest(args=("/bin/bash", "-l", "-c", "wait"))
-    started = await node.start_process(SANDBOX, request, user="root", stdin=True)
+    started = await node.start_process(SANDBOX, request, user="root", stdin_pipe=True)
     listed = await node.processes(SANDBOX)
     assert [p.pid for p in listed] == [started.pid]
     assert listed[0].argv == ("/bin/bash", "-l", "-c", "wait")
@@ -214,7 +214,7 @@ async def test_policy_credentials_and_audits(node: NodeClient, fake: PowerNode) 
     [
         lambda n: n.exec("ghost", ExecRequest(cmd="echo")),
         lambda n: n.start_command("ghost", ExecRequest(cmd="wait")),
-        lambda n: n.start_process("ghost", ExecRequest(cmd="wait"), user=None, stdin=False),
+        lambda n: n.start_process("ghost", ExecRequest(cmd="wait"), user=None, stdin_pipe=False),
         lambda n: n.attach("ghost", 1000),
         lambda n: n.write_file("ghost", "/f", chunks_of(b"abc")),
         lambda n: n.stat("ghost", "/"),

@@ -547,10 +547,10 @@ class Cluster:
         return self._on(sandbox_id).watch(sandbox_id, path, recursive)
 
     async def start_process(
-        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool
+        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin_pipe: bool
     ) -> CommandHandle:
         node = self._on(sandbox_id)
-        return await node.start_process(sandbox_id, request, user=user, stdin=stdin)
+        return await node.start_process(sandbox_id, request, user=user, stdin_pipe=stdin_pipe)
 
     async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
         return await self._on(sandbox_id).processes(sandbox_id)

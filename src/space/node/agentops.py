@@ -119,15 +119,15 @@ class AgentOps:
         )
 
     async def start_process(
-        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool
+        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin_pipe: bool
     ) -> AgentProcess:
-        """Start a process as `user` (None: the agent's default); with `stdin=False`
+        """Start a process as `user` (None: the agent's default); with `stdin_pipe=False`
         its stdin is /dev/null, otherwise it stays open for `write_stdin`. A refusal
         (no such user, program or cwd) is an `OSError`."""
         with as_oserror(request.cwd or (request.args or ("",))[0]):
             agent = await self._agent(sandbox_id)
             launch, user = self._with_defaults(sandbox_id, request, user, sandbox_env=False)
-            return await agent.start(launch, user=user, stdin_pipe=stdin)
+            return await agent.start(launch, user=user, stdin_pipe=stdin_pipe)
 
     async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
         agent = await self._agent(sandbox_id)

@@ -402,9 +402,9 @@ class LocalNode:
         return self._ops.watch(sandbox_id, path, recursive)
 
     async def start_process(
-        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool
+        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin_pipe: bool
     ) -> AgentProcess:
-        return await self._ops.start_process(sandbox_id, request, user=user, stdin=stdin)
+        return await self._ops.start_process(sandbox_id, request, user=user, stdin_pipe=stdin_pipe)
 
     async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
         return await self._ops.processes(sandbox_id)

@@ -204,7 +204,7 @@ class NodeServer:
     async def _start_process(self, request: Request) -> Response:
         async def start(a: dict[str, Any]) -> CommandHandle:
             return await self._node.start_process(
-                a["sandbox_id"], a["request"], user=a["user"], stdin=a["stdin"]
+                a["sandbox_id"], a["request"], user=a["user"], stdin_pipe=a["stdin_pipe"]
             )
 
         return await self._process(request, wire.START_PROCESS, start)

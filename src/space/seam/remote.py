@@ -281,10 +281,14 @@ class RemoteNode:
         return await self._process(wire.START_COMMAND, sandbox_id=sandbox_id, request=request)
 
     async def start_process(
-        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin: bool
+        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin_pipe: bool
     ) -> CommandHandle:
         return await self._process(
-            wire.START_PROCESS, sandbox_id=sandbox_id, request=request, user=user, stdin=stdin
+            wire.START_PROCESS,
+            sandbox_id=sandbox_id,
+            request=request,
+            user=user,
+            stdin_pipe=stdin_pipe,
         )
 
     async def attach(self, sandbox_id: str, pid: int) -> CommandHandle:

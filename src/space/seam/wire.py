@@ -267,7 +267,7 @@ WRITE_FILE = Call[int]("write_file", (_ID, _PATH), int)  # arguments in the quer
 START_COMMAND = Call[None]("start_command", (_ID, ("request", ExecRequest)), None)
 START_PROCESS = Call[None](
     "start_process",
-    (_ID, ("request", ExecRequest), ("user", str | None), ("stdin", bool)),
+    (_ID, ("request", ExecRequest), ("user", str | None), ("stdin_pipe", bool)),
     None,
 )
 ATTACH = Call[None]("attach", (_ID, ("pid", int)), None)

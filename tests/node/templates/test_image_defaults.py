@@ -36,7 +36,7 @@ class FakeAgent:
         return ExecResult(0, b"", b"")
 
     async def start(
-        self, request: ExecRequest, *, user: str | None = None, stdin: bool = True
+        self, request: ExecRequest, *, user: str | None = None, stdin_pipe: bool = True
     ) -> Any:
         self.calls.append((request, user))
 
@@ -76,7 +76,7 @@ async def test_exec_gets_the_image_defaults_under_its_own(tmp_path: Path) -> Non
 
 async def test_a_request_naming_its_cwd_or_user_keeps_them(tmp_path: Path) -> None:
     ops, agent = _ops(tmp_path)
-    await ops.start_process("sb1", ExecRequest(cmd="id", cwd="/tmp"), user="root", stdin=False)
+    await ops.start_process("sb1", ExecRequest(cmd="id", cwd="/tmp"), user="root", stdin_pipe=False)
     request, user = agent.calls[-1]
     assert (request.cwd, user) == ("/tmp", "root")
     assert request.env == {"IMAGE": "i", "SHARED": "image"}

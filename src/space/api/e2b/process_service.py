@@ -75,7 +75,7 @@ async def start(request: Request, target: EnvdDep, front: FrontDep, state: State
         args=(config.cmd, *config.args), env=config.envs, cwd=config.cwd, pty=pty
     )
     user = request_user(request)
-    stdin = pty is not None or body.stdin is None or body.stdin
+    stdin_pipe = pty is not None or body.stdin is None or body.stdin
     registry = state.processes
     try:
         live = await registry.start(
@@ -84,7 +84,7 @@ async def start(request: Request, target: EnvdDep, front: FrontDep, state: State
             config,
             node_request,
             lambda launched: state.node.start_process(
-                target.sandbox_id, launched, user=user, stdin=stdin
+                target.sandbox_id, launched, user=user, stdin_pipe=stdin_pipe
             ),
             pty=pty is not None,
             tag=body.tag,

@@ -206,7 +206,7 @@ async def _serve(
         ExecRequest(args=("/bin/sh", "-c", cmd or LOGIN_SHELL), env=dict(sandbox.env), pty=size),
     )
     async with asyncio.timeout(state.settings.timeouts.node_call):
-        handle = await state.node.start_process(sandbox.id, request, user=None, stdin=True)
+        handle = await state.node.start_process(sandbox.id, request, user=None, stdin_pipe=True)
     offered = websocket.scope.get("subprotocols", [])
     await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
     watch = KeyWatch(state.db, principal.key_id, state.settings.keys.revocation_check)
