@@ -44,7 +44,7 @@ class _Sweeping(Recovery):
         self.kept: set[str] = set()
 
     async def _adopt(self, record: SandboxRecord) -> None:
-        self._host.sandboxes[record.sandbox_id] = Sandbox(record)
+        self._host.hold(Sandbox(record))
         if record.sandbox_id == "sbbad":
             raise OSError("the VMM's QMP socket is gone")
         self.adopted.append(record.sandbox_id)
@@ -63,6 +63,6 @@ async def test_one_failing_adopt_does_not_stop_the_startup_sweep() -> None:
     await recovery.sweep()
     assert recovery.adopted == ["sbgood"]
     assert host.torn_down == ["sbgone"]
-    assert host.sandboxes["sbbad"].state == "error"
-    assert "QMP socket" in (host.sandboxes["sbbad"].reason or "")
+    assert host.sandbox("sbbad").state == "error"
+    assert "QMP socket" in (host.sandbox("sbbad").reason or "")
     assert recovery.kept == {"sbbad", "sbgood"}

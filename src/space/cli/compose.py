@@ -137,7 +137,7 @@ def local_node(
         node_name=node_name,
     )
     templates = TemplateCatalog(cache_dir, progress)
-    metrics = NodeMetrics(lambda: [*host.sandboxes.values(), *warm.entries()])
+    metrics = NodeMetrics(lambda: [*host.held(), *warm.entries()])
     provisioning = Provisioning(host, templates, metrics, base_snapshots=base_snapshots)
     warm = WarmPools(
         warm_pools or {},

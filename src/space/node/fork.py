@@ -50,7 +50,7 @@ class Forks:
                 source_id, source.state, "a sandbox with volumes does not fork"
             )
         snapshot = await self._snapshot(source)
-        snapshotter = self._host.ready_snapshotter()
+        snapshotter = self._host.parts.snapshotter
         try:
             return await self._restore_all(source, sandbox_ids, snapshot)
         finally:
@@ -63,14 +63,14 @@ class Forks:
         if len(set(sandbox_ids)) != len(sandbox_ids):
             raise ValueError("fork: a sandbox id is repeated")
         for sandbox_id in sandbox_ids:
-            if check_sandbox_id(sandbox_id) in self._host.sandboxes:
+            if self._host.find(check_sandbox_id(sandbox_id)) is not None:
                 raise ValueError(f"fork: sandbox {sandbox_id} exists already")
 
     async def _snapshot(self, source: Sandbox) -> Path:
         """Seal the source's memory, devices and disk as a fork snapshot; run it on."""
         if source.vm is None or source.agent is None:
             raise SandboxUnavailable(source.sandbox_id, source.state, "it has no VM")
-        snapshotter, vm, agent = self._host.ready_snapshotter(), source.vm, source.agent
+        snapshotter, vm, agent = self._host.parts.snapshotter, source.vm, source.agent
         owner = f"{FORK_PREFIX}{secrets.token_hex(6)}"
         agent.hold_keepalive()  # the guest cannot answer while it is stopped
         try:

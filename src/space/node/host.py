@@ -1,11 +1,13 @@
 """`NodeHost`: what every node service shares on this host.
 
 The storage pool and its records, the template importer, the guest artifacts, the
-VMM driver and the snapshotter come up in `open()` (they need the host: loop
-mounts, builds, `/dev/kvm`); the network manager and egress are handed in. The
-sandboxes this node holds live in `sandboxes`, keyed by sandbox id. Besides the
-resources, the host knows the steps every service takes the same way: the VM
-config of a record, saving a record, tearing a slot down, rejoining the gateway.
+VMM driver, the snapshotter and the shared snapshot archive come up in `open()`
+(they need the host: loop mounts, builds, `/dev/kvm`) as one `HostParts`, `parts`;
+the network manager and egress are handed in. The table of the sandboxes this node
+serves is the host's own: `hold`, `find`, `sandbox`, `held`, and `destroy` lets one
+go. Besides the resources, the host knows the steps every service takes the same
+way: the VM config of a record, saving a record, tearing a slot down, rejoining the
+gateway.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import logging
 import shutil
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -45,6 +48,18 @@ def volume_serial(index: int) -> str:
     return f"space-vol{index}"
 
 
+@dataclass(frozen=True)
+class HostParts:
+    """What `NodeHost.open()` brings up; `archive` only with a shared snapshot directory."""
+
+    records: RecordStore
+    importer: TemplateImporter
+    guest: GuestArtifacts
+    driver: VmmDriver
+    snapshotter: Snapshotter
+    archive: SnapshotArchive | None
+
+
 class NodeHost:
     def __init__(
         self,
@@ -70,50 +85,48 @@ class NodeHost:
         self.run_dir = run_dir
         self.net = net
         self.egress = egress
-        self.sandboxes: dict[str, Sandbox] = {}
+        self._sandboxes: dict[str, Sandbox] = {}
         self._pool_size = pool_size
         self._make_driver = driver
         self._progress = progress
         self._console_log_bytes = console_log_bytes
         self.agent_timeout = agent_timeout  # a booted or restored VM's first handshake
-        self._records: RecordStore | None = None
-        self._importer: TemplateImporter | None = None
-        self._guest: GuestArtifacts | None = None
-        self._driver: VmmDriver | None = None
-        self._snapshotter: Snapshotter | None = None
         self._shared_snapshots = shared_snapshots
         self._node_name = node_name
-        self.archive: SnapshotArchive | None = None
+        self._parts: HostParts | None = None
 
     async def open(self) -> None:
         pool = await asyncio.to_thread(ensure_pool, self.data_dir, self._pool_size)
-        self._records = RecordStore(pool.sandboxes)
-        self._importer = TemplateImporter(pool)
-        self._guest = await asyncio.to_thread(build_guest, self.cache_dir, self._progress)
-        self._driver = self._make_driver()
+        importer = TemplateImporter(pool)
+        guest = await asyncio.to_thread(build_guest, self.cache_dir, self._progress)
+        driver = self._make_driver()
         store = LocalSnapshotStore(pool.root / "snapshots")
-        self._snapshotter = Snapshotter(self._driver, store, self._importer)
+        archive: SnapshotArchive | None = None
         if self._shared_snapshots is not None:
-            self.archive = await asyncio.to_thread(
+            archive = await asyncio.to_thread(
                 SharedDirArchive, self._shared_snapshots, self._node_name, pool.root / "boot"
             )
+        snapshotter = Snapshotter(driver, store, importer)
+        self._parts = HostParts(
+            RecordStore(pool.sandboxes), importer, guest, driver, snapshotter, archive
+        )
         private_dir(self.run_dir)  # QMP and agent sockets, consoles
         shutil.rmtree(self.scratch, ignore_errors=True)
 
     async def aclose(self) -> None:
         """Let go of every sandbox's VM (it keeps running), then of egress and the driver."""
-        for sandbox in self.sandboxes.values():
+        for sandbox in self._sandboxes.values():
             await sandbox.close()
             if sandbox.vm is not None:
-                await self.ready_driver().release(sandbox.vm)
-        self.sandboxes.clear()
+                await self.parts.driver.release(sandbox.vm)
+        self._sandboxes.clear()
         await self.egress.close()
-        if self._driver is not None:
-            self._driver.close()
+        if self._parts is not None:
+            self._parts.driver.close()
 
     async def destroy(self, sandbox_id: str) -> None:
-        records, _ = self.ready()
-        sandbox = self.sandboxes.pop(sandbox_id, None)
+        records = self.parts.records
+        sandbox = self._sandboxes.pop(sandbox_id, None)
         slot = sandbox.record.slot if sandbox is not None else sandbox_id
         directory = records.directory(slot)
         if sandbox is not None and directory.exists():
@@ -123,14 +136,14 @@ class NodeHost:
         except Exception as exc:
             if sandbox is not None:  # a retried delete finds what is left by its slot
                 sandbox.become("stopped", f"delete failed: {exc}")
-                self.sandboxes[sandbox_id] = sandbox
+                self._sandboxes[sandbox_id] = sandbox
             raise
 
     def vm_config(
         self, record: SandboxRecord, network: SandboxNetwork, boot: BootFiles | None = None
     ) -> VmConfig:
-        records, _ = self.ready()
-        files = boot or BootFiles.of(self.ready_guest())
+        records = self.parts.records
+        files = boot or BootFiles.of(self.parts.guest)
         cmdline = (
             f"console=ttyS0 quiet panic=-1 {network.kernel_args()} "
             f"space.hostname={record.sandbox_id or record.slot}"
@@ -161,8 +174,7 @@ class NodeHost:
 
     async def teardown(self, slot: str, sandbox: Sandbox | None) -> None:
         """Remove every host resource of a sandbox; safe to repeat after a crash."""
-        driver = self.ready_driver()
-        records, _ = self.ready()
+        driver, records = self.parts.driver, self.parts.records
         if sandbox is not None:
             await sandbox.close()
         vm = sandbox.vm if sandbox is not None else None
@@ -178,16 +190,17 @@ class NodeHost:
             steps.insert(0, partial(self._stop, vm, sandbox))
         failure = await _every_step(slot, steps)
         shutil.rmtree(self.run_dir / slot, ignore_errors=True)
-        self.ready_snapshotter().store.remove(slot)
-        if self.archive is not None and record is not None and record.claimed:
-            await asyncio.to_thread(self.archive.discard, record.sandbox_id)  # if it holds it
+        self.parts.snapshotter.store.remove(slot)
+        archive = self.parts.archive
+        if archive is not None and record is not None and record.claimed:
+            await asyncio.to_thread(archive.discard, record.sandbox_id)  # if it holds it
         if failure is not None:
             raise failure  # the record stays: a retry or the next start finishes the rest
         records.remove(slot)
 
     async def _stop(self, vm: VmHandle, sandbox: Sandbox | None) -> None:
         try:
-            await self.ready_driver().stop(vm)  # ends the VM even when a step fails
+            await self.parts.driver.stop(vm)  # ends the VM even when a step fails
         finally:
             if sandbox is not None:
                 sandbox.vm = None
@@ -201,7 +214,7 @@ class NodeHost:
             await sandbox.agent.batch(self.egress.trust_calls(slot))
 
     def save(self, sandbox: Sandbox, record: SandboxRecord) -> None:
-        records, _ = self.ready()
+        records = self.parts.records
         record.save(records.directory(record.slot))
         sandbox.record = record
 
@@ -209,11 +222,24 @@ class NodeHost:
     def scratch(self) -> Path:
         return self.data_dir / "pool" / "scratch"
 
+    def hold(self, sandbox: Sandbox) -> None:
+        """Serve `sandbox` under its id from now on (a claim, adoption, move or create
+        admits it here; `destroy` lets it go). The table of the node's sandboxes is the
+        host's alone: every other module asks through these methods."""
+        self._sandboxes[sandbox.sandbox_id] = sandbox
+
+    def held(self) -> list[Sandbox]:
+        """Every sandbox this node serves, in the order they came."""
+        return list(self._sandboxes.values())
+
+    def find(self, sandbox_id: str) -> Sandbox | None:
+        return self._sandboxes.get(sandbox_id)
+
     def sandbox(self, sandbox_id: str) -> Sandbox:
-        try:
-            return self.sandboxes[sandbox_id]
-        except KeyError:
-            raise SandboxNotFound(sandbox_id) from None
+        sandbox = self._sandboxes.get(sandbox_id)
+        if sandbox is None:
+            raise SandboxNotFound(sandbox_id)
+        return sandbox
 
     def running(self, sandbox_id: str) -> Sandbox:
         sandbox = self.sandbox(sandbox_id)
@@ -237,25 +263,11 @@ class NodeHost:
         assert agent is not None
         return agent
 
-    def ready(self) -> tuple[RecordStore, TemplateImporter]:
-        if self._records is None or self._importer is None:
+    @property
+    def parts(self) -> HostParts:
+        if self._parts is None:
             raise RuntimeError("LocalNode.open() has not run")
-        return self._records, self._importer
-
-    def ready_driver(self) -> VmmDriver:
-        if self._driver is None:
-            raise RuntimeError("LocalNode.open() has not run")
-        return self._driver
-
-    def ready_snapshotter(self) -> Snapshotter:
-        if self._snapshotter is None:
-            raise RuntimeError("LocalNode.open() has not run")
-        return self._snapshotter
-
-    def ready_guest(self) -> GuestArtifacts:
-        if self._guest is None:
-            raise RuntimeError("LocalNode.open() has not run")
-        return self._guest
+        return self._parts
 
 
 async def _every_step(slot: str, steps: list[Callable[[], Awaitable[object]]]) -> Exception | None:

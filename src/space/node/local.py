@@ -156,16 +156,16 @@ class LocalNode:
 
     async def destroy_all(self) -> None:
         await self._drain_warm()
-        for sandbox_id in list(self._host.sandboxes):
-            await self.destroy_sandbox(sandbox_id)
+        for sandbox in self._host.held():
+            await self.destroy_sandbox(sandbox.sandbox_id)
 
     def warm_pool_stats(self) -> list[WarmPoolStats]:
         return self._warm.stats()
 
     async def create_sandbox(self, spec: SandboxSpec) -> SandboxObservation:
         check_sandbox_id(spec.sandbox_id)
-        if spec.sandbox_id in self._host.sandboxes:
-            return self._host.sandboxes[spec.sandbox_id].observation()
+        if (held := self._host.find(spec.sandbox_id)) is not None:
+            return held.observation()
         started = time.perf_counter()
         self._volumes.admit(spec.sandbox_id, spec.volumes)
         image = await self._templates.image(spec.template)
@@ -222,7 +222,7 @@ class LocalNode:
         return await self._forks.fork(source_id, sandbox_ids)
 
     async def destroy_sandbox(self, sandbox_id: str) -> None:
-        sandbox = self._host.sandboxes.get(sandbox_id)
+        sandbox = self._host.find(sandbox_id)
         if sandbox is not None:
             await unmount_volumes(sandbox)  # their journals clean for the next mount
         await self._host.destroy(sandbox_id)
@@ -234,14 +234,14 @@ class LocalNode:
                 sandbox.observation(),
                 credentials_version=egress.credentials_version(sandbox.record.slot),
             )
-            for sandbox in self._host.sandboxes.values()
+            for sandbox in self._host.held()
         ]
 
     async def pause_sandbox(self, sandbox_id: str) -> None:
         sandbox = await self._host.live(sandbox_id)
         agent = self._host.agent(sandbox_id)
         agent.hold_keepalive()  # a paused guest cannot answer pings
-        driver, vm = self._host.ready_driver(), _vm(sandbox)
+        driver, vm = self._host.parts.driver, _vm(sandbox)
         try:
             await driver.pause(vm)
             self._host.save(sandbox, sandbox.record.with_power(paused=True))
@@ -256,7 +256,7 @@ class LocalNode:
         sandbox = self.sandbox(sandbox_id)
         if sandbox.state != "paused":
             raise SandboxUnavailable(sandbox_id, sandbox.state, "only a paused sandbox resumes")
-        await self._host.ready_driver().resume(_vm(sandbox))
+        await self._host.parts.driver.resume(_vm(sandbox))
         self._host.save(sandbox, sandbox.record.with_power())
         if sandbox.agent is None:  # adopted while paused by a restarted node
             await sandbox.connect_agent(self._host.agent_timeout)
@@ -274,7 +274,7 @@ class LocalNode:
         if sandbox.state not in ("running", "paused"):
             raise SandboxUnavailable(sandbox_id, sandbox.state, "only a live sandbox suspends")
         started = time.perf_counter()
-        snapshotter, vm = self._host.ready_snapshotter(), _vm(sandbox)
+        snapshotter, vm = self._host.parts.snapshotter, _vm(sandbox)
         try:
             await snapshotter.capture(vm, sandbox.record.slot, {"sandbox_id": sandbox_id})
             faults.point("after_seal")
@@ -298,7 +298,7 @@ class LocalNode:
 
     async def _recover_from_failed_suspend(self, sandbox: Sandbox, vm: VmHandle) -> None:
         """Keep the sandbox at its last good state: live again, or its previous snapshot."""
-        snapshotter = self._host.ready_snapshotter()
+        snapshotter = self._host.parts.snapshotter
         if sandbox.state == "running" and sandbox.vm is vm and not sandbox.stopping:
             try:
                 await snapshotter.driver.resume(vm)
@@ -319,7 +319,7 @@ class LocalNode:
         sandbox = self.sandbox(sandbox_id)
         if sandbox.state != "suspended":
             raise SandboxUnavailable(sandbox_id, sandbox.state, "only a suspended sandbox restores")
-        snapshot = self._host.ready_snapshotter().store.latest(sandbox.record.slot)
+        snapshot = self._host.parts.snapshotter.store.latest(sandbox.record.slot)
         if snapshot is None:
             raise SnapshotMissing(sandbox_id)
         started = time.perf_counter()

@@ -34,8 +34,8 @@ class Moves:
     async def publish(self, sandbox: Sandbox) -> None:
         """Put `sandbox`'s newest sealed snapshot in the shared store. A store that
         refuses it leaves the sandbox suspended here only, its reason saying so."""
-        archive = self._host.archive
-        snapshot = self._host.ready_snapshotter().store.latest(sandbox.record.slot)
+        archive = self._host.parts.archive
+        snapshot = self._host.parts.snapshotter.store.latest(sandbox.record.slot)
         if archive is None or snapshot is None:
             return
         if sandbox.record.volumes:
@@ -51,13 +51,13 @@ class Moves:
     async def adopt(self, sandbox_id: str) -> SandboxObservation:
         """`sandbox_id`, suspended on this node, from the shared store."""
         check_sandbox_id(sandbox_id)
-        held = self._host.sandboxes.get(sandbox_id)
+        held = self._host.find(sandbox_id)
         if held is not None:
             return held.observation()
-        archive = self._host.archive
+        archive = self._host.parts.archive
         if archive is None:
             raise SnapshotMissing(sandbox_id, NOT_SHARED)
-        store = self._host.ready_snapshotter().store
+        store = self._host.parts.snapshotter.store
         store.remove(sandbox_id)  # what an adoption cut short left
         try:
             fetched = await asyncio.to_thread(archive.fetch, sandbox_id, store, sandbox_id)
@@ -67,7 +67,7 @@ class Moves:
         sandbox = Sandbox(record)
         self._host.save(sandbox, record)
         sandbox.become("suspended")
-        self._host.sandboxes[sandbox_id] = sandbox
+        self._host.hold(sandbox)
         log.info("sandbox %s: adopted from the shared snapshot store", sandbox_id)
         return sandbox.observation()
 

@@ -80,7 +80,7 @@ class Provisioning:
         """A new VM for `spec`: restored from the base snapshot, or booted cold."""
         host, started = self._host, time.perf_counter()
         sandbox = self._admit(_record(spec, image.digest))
-        records, importer = host.ready()
+        records, importer = host.parts.records, host.parts.importer
         # Volumes are disks the base snapshot's VM did not have: such a sandbox boots.
         bases = self._use_bases and not spec.volumes
         try:
@@ -115,10 +115,10 @@ class Provisioning:
 
     def _admit(self, record: SandboxRecord) -> Sandbox:
         """Record the sandbox (before any host resource exists) and hold it."""
-        records, _ = self._host.ready()
+        records = self._host.parts.records
         record.save(records.directory(record.slot))
         sandbox = Sandbox(record)
-        self._host.sandboxes[record.sandbox_id] = sandbox
+        self._host.hold(sandbox)
         return sandbox
 
     async def _attach(self, sandbox: Sandbox) -> SandboxNetwork:
@@ -133,7 +133,7 @@ class Provisioning:
         await self._host.destroy(sandbox.sandbox_id)
 
     async def _boot(self, sandbox: Sandbox, network: SandboxNetwork) -> None:
-        driver = self._host.ready_driver()
+        driver = self._host.parts.driver
         vm = await driver.boot(self._host.vm_config(sandbox.record, network))
         sandbox.watch(vm)
         try:
@@ -155,7 +155,7 @@ class Provisioning:
             entry.record, sandbox_id=spec.sandbox_id, env=dict(spec.env), network=spec.network
         )
         entry.record = record
-        self._host.sandboxes[spec.sandbox_id] = entry
+        self._host.hold(entry)
         try:
             await asyncio.to_thread(self._host.save, entry, record)
             await self._host.egress.claim(record.slot, spec.network, spec.sandbox_id)
@@ -168,7 +168,7 @@ class Provisioning:
     async def fill_warm(self, template: str) -> Sandbox:
         """One more warm VM: restored from the base snapshot, owned by no sandbox yet."""
         host = self._host
-        records, _ = host.ready()
+        records = host.parts.records
         image = await self._templates.image(template)
         slot = f"w{secrets.token_hex(5)}"
         memory = warm_memory_mib(template)
@@ -191,7 +191,7 @@ class Provisioning:
     ) -> None:
         """Start `sandbox` from `snapshot` and personalise it (`trust`: and install its
         gateway CA, in the same agent batch)."""
-        snapshotter = self._host.ready_snapshotter()
+        snapshotter = self._host.parts.snapshotter
         boot = snapshotter.boot_files(snapshot)
         config = self._host.vm_config(sandbox.record, network, boot)
         vm = await snapshotter.start_from(snapshot, config)
@@ -206,13 +206,13 @@ class Provisioning:
 
     async def _base_snapshot(self, image: TemplateImage, record: SandboxRecord) -> Path:
         """The template's base snapshot (a booted VM with its agent ready), made once."""
-        guest = self._host.ready_guest()
+        guest = self._host.parts.guest
         key = (
             f"{base_prefix(image.name, image.digest)}{guest.digest[:12]}"
             f"-{record.memory_mib}m{record.vcpus}c"
         )
         async with self._bases_lock:
-            snapshot = self._host.ready_snapshotter().store.latest(key)
+            snapshot = self._host.parts.snapshotter.store.latest(key)
             if snapshot is not None:
                 return snapshot
             build = self._base_builds.get(key)
@@ -226,15 +226,14 @@ class Provisioning:
 
     async def _build_base(self, key: str, image: TemplateImage, template: SandboxRecord) -> Path:
         host = self._host
-        _, importer = host.ready()
-        snapshotter = host.ready_snapshotter()
-        vm_id = f"base{secrets.token_hex(4)}"
-        record = dataclasses.replace(template, sandbox_id=vm_id, slot=vm_id, env={})
+        importer, snapshotter = host.parts.importer, host.parts.snapshotter
+        slot = f"base{secrets.token_hex(4)}"
+        record = dataclasses.replace(template, sandbox_id=slot, slot=slot, env={})
         host.scratch.mkdir(parents=True, exist_ok=True)
-        disk = host.scratch / f"{vm_id}.ext4"
-        memory = host.scratch / f"{vm_id}.memory"
+        disk = host.scratch / f"{slot}.ext4"
+        memory = host.scratch / f"{slot}.memory"
         log.info("building base snapshot %s", key)
-        network = await asyncio.to_thread(host.net.create, vm_id)
+        network = await asyncio.to_thread(host.net.create, slot)
         try:
             await importer.clone_disk(await importer.pooled(image.rootfs, image.digest), disk)
             config = dataclasses.replace(
@@ -247,15 +246,15 @@ class Provisioning:
             try:
                 agent = await AgentClient.connect(config.agent_socket, timeout=host.agent_timeout)
                 try:
-                    await start_template(agent, vm_id, self._templates.spec(image.name))
+                    await start_template(agent, slot, self._templates.spec(image.name))
                 finally:
                     await agent.close()
                 return await snapshotter.capture(vm, key, {"template": image.name})
             finally:
                 await snapshotter.driver.stop(vm)
         finally:
-            await asyncio.to_thread(host.net.delete, vm_id)
-            shutil.rmtree(host.run_dir / vm_id, ignore_errors=True)
+            await asyncio.to_thread(host.net.delete, slot)
+            shutil.rmtree(host.run_dir / slot, ignore_errors=True)
             disk.unlink(missing_ok=True)
             memory.unlink(missing_ok=True)
 

@@ -121,7 +121,7 @@ class RecipeBuilds:
         work.mkdir(mode=0o700, parents=True)
         try:
             disk = work / ROOTFS_FILE
-            _, importer = self._host.ready()
+            _, importer = self._host.parts.records, self._host.parts.importer
             await importer.clone_disk(await importer.pooled(image.rootfs, image.digest), disk)
             await asyncio.to_thread(_grow, disk, request.disk_mb)
             log_line(f"FROM {recipe.base} ({image.digest[:12]})")
@@ -144,12 +144,12 @@ class RecipeBuilds:
     ) -> None:
         """Each step in a build VM; its VM, network and run dir gone after, whole even
         when the build is cancelled part way (`uncancelled`)."""
-        host, vm_id = self._host, f"build{secrets.token_hex(4)}"
-        record = SandboxRecord(vm_id, recipe.base, digest, request.memory_mib, 1, slot=vm_id)
-        driver = host.ready_driver()
+        host, slot = self._host, f"build{secrets.token_hex(4)}"
+        record = SandboxRecord(slot, recipe.base, digest, request.memory_mib, 1, slot=slot)
+        driver = host.parts.driver
         try:
-            network = await uncancelled(asyncio.to_thread(host.net.create, vm_id))
-            await host.egress.attach(vm_id, network, request.network)
+            network = await uncancelled(asyncio.to_thread(host.net.create, slot))
+            await host.egress.attach(slot, network, request.network)
             config = replace(host.vm_config(record, network), root_disk=disk)
             vm = await driver.boot(config)
             try:
@@ -163,9 +163,9 @@ class RecipeBuilds:
             finally:
                 await uncancelled(driver.stop(vm))
         finally:
-            await uncancelled(host.egress.detach(vm_id))
-            await uncancelled(asyncio.to_thread(host.net.delete, vm_id))
-            shutil.rmtree(host.run_dir / vm_id, ignore_errors=True)
+            await uncancelled(host.egress.detach(slot))
+            await uncancelled(asyncio.to_thread(host.net.delete, slot))
+            shutil.rmtree(host.run_dir / slot, ignore_errors=True)
 
     async def snapshot(self, sandbox: Sandbox, name: str) -> Version:
         """The running `sandbox`'s disk, as it is once its guest has synced, as the
@@ -189,7 +189,8 @@ class RecipeBuilds:
         """Sync the guest, pause it for the O(1) reflink of its disk, let it run on."""
         assert sandbox.agent is not None and sandbox.vm is not None
         await sandbox.agent.exec(ExecRequest(cmd="sync", timeout=120))
-        driver, (records, importer) = self._host.ready_driver(), self._host.ready()
+        parts = self._host.parts
+        driver, records, importer = parts.driver, parts.records, parts.importer
         sandbox.agent.hold_keepalive()  # a paused guest cannot answer pings
         await driver.pause(sandbox.vm)
         try:
@@ -216,7 +217,7 @@ class RecipeBuilds:
         change) and `record` as a new image, then the newest version of `name`; the
         versions nothing needs any more are collected."""
         registry = self._templates.imported
-        _, importer = self._host.ready()
+        _, importer = self._host.parts.records, self._host.parts.importer
         digest = secrets.token_hex(16)
         target = registry.image_dir(digest)
         staging = target.with_name(f".{digest}.{os.getpid()}{PARTIAL}")

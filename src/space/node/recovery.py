@@ -40,7 +40,7 @@ class Recovery:
 
     async def sweep(self) -> None:
         """Adopt live VMs of known sandboxes; remove whatever has no record."""
-        records, _ = self._host.ready()
+        records = self._host.parts.records
         known, leftovers = records.load_all()
         for directory in leftovers:
             log.warning("removing leftover sandbox directory %s", directory)
@@ -54,7 +54,7 @@ class Recovery:
                     await self._adopt(record)
             except Exception as exc:  # one bad record never stops the sweep
                 log.exception("startup sweep: %s cannot be recovered, going on", record.slot)
-                if (sandbox := self._host.sandboxes.get(record.sandbox_id)) is not None:
+                if (sandbox := self._host.find(record.sandbox_id)) is not None:
                     sandbox.become("error", f"recovery failed: {exc}")
 
         await asyncio.gather(*(recover(record) for record in known))
@@ -63,8 +63,8 @@ class Recovery:
 
     async def _adopt(self, record: SandboxRecord) -> None:
         sandbox = Sandbox(record)
-        self._host.sandboxes[record.sandbox_id] = sandbox
-        snapshotter = self._host.ready_snapshotter()
+        self._host.hold(sandbox)
+        snapshotter = self._host.parts.snapshotter
         snapshotter.store.prune(record.slot)
         config = self._host.vm_config(
             record, SandboxNetwork(self._host.net.netns_name(record.slot))
@@ -127,7 +127,7 @@ class Recovery:
     async def _resume(self, vm: VmHandle) -> None:
         """`cont` the adopted VM, retried a few times: a QEMU that saved its state
         re-takes its disk's locks on `cont`, and a holder may still be letting go."""
-        driver = self._host.ready_snapshotter().driver
+        driver = self._host.parts.snapshotter.driver
         for attempt in range(RESUME_ATTEMPTS):
             try:
                 await driver.resume(vm)
@@ -142,7 +142,7 @@ class Recovery:
         """With a sealed snapshot, the sandbox is `suspended` (its live resources go);
         False without one."""
         record = sandbox.record
-        if self._host.ready_snapshotter().store.latest(record.slot) is None:
+        if self._host.parts.snapshotter.store.latest(record.slot) is None:
             return False
         await asyncio.to_thread(self._host.net.delete, record.slot)
         shutil.rmtree(self._host.run_dir / record.slot, ignore_errors=True)
@@ -152,8 +152,8 @@ class Recovery:
         return True
 
     async def _remove_orphans(self, known: set[str]) -> None:
-        remove_fork_snapshots(self._host.ready_snapshotter().store)  # no fork is in flight
-        driver = self._host.ready_driver()
+        remove_fork_snapshots(self._host.parts.snapshotter.store)  # no fork is in flight
+        driver = self._host.parts.driver
         for slot in set(self._host.net.sandbox_ids()) - known:
             log.warning("removing orphaned namespace of %s", slot)
             await asyncio.to_thread(self._host.net.delete, slot)
@@ -166,6 +166,4 @@ class Recovery:
                 log.warning("stopping orphaned VM %s", run.name)
                 await driver.stop(vm)
             shutil.rmtree(run, ignore_errors=True)
-        await driver.sweep(
-            {s.record.slot for s in self._host.sandboxes.values() if s.vm is not None}
-        )
+        await driver.sweep({s.record.slot for s in self._host.held() if s.vm is not None})

@@ -23,16 +23,14 @@ _POLL_SECONDS = 0.5
 _EXEC_SECONDS = 60.0
 
 
-async def start_template(agent: AgentClient, vm_id: str, spec: TemplateSpec) -> None:
+async def start_template(agent: AgentClient, slot: str, spec: TemplateSpec) -> None:
     """Launch `spec.start_cmd` and wait for `spec.ready_cmd` (nothing if it has none)."""
     if spec.start_cmd is None:
         return
     launch = f"setsid sh -c {shlex.quote(spec.start_cmd)} </dev/null >{START_LOG} 2>&1 &"
     started = await agent.exec(ExecRequest(cmd=launch, cwd="/", timeout=_EXEC_SECONDS))
     if started.exit_code != 0:
-        raise BootFailed(
-            vm_id, f"template {spec.name}: start_cmd did not launch", await _log(agent)
-        )
+        raise BootFailed(slot, f"template {spec.name}: start_cmd did not launch", await _log(agent))
     if spec.ready_cmd is None:
         return
     loop = asyncio.get_running_loop()
@@ -41,7 +39,7 @@ async def start_template(agent: AgentClient, vm_id: str, spec: TemplateSpec) -> 
     while (await agent.exec(probe)).exit_code != 0:
         if loop.time() > deadline:
             why = f"template {spec.name}: ready_cmd failed for {READY_SECONDS:.0f} s"
-            raise BootFailed(vm_id, why, await _log(agent))
+            raise BootFailed(slot, why, await _log(agent))
         await asyncio.sleep(_POLL_SECONDS)
 
 

@@ -65,7 +65,7 @@ class TemplateVersions:
         versions = [(name, v.digest) for name in names for v in self._registry.versions(name)]
         disks = {digest: self._rootfs(digest) for _, digest in versions}
         held = sum(_allocated(disk) for disk in disks.values())
-        store = self._host.ready_snapshotter().store
+        store = self._host.parts.snapshotter.store
         for name, digest in versions:
             held += sum(_tree(owner) for owner in store.owners(base_prefix(name, digest)))
         return TemplateUsage(len(versions), held)
@@ -73,8 +73,8 @@ class TemplateVersions:
     def _discard(self, name: str, digests: set[str], used: set[str]) -> None:
         """The base snapshots `name` made of `digests`; the disks and cache entries of
         those no template version and no sandbox record needs."""
-        store = self._host.ready_snapshotter().store
-        _, importer = self._host.ready()
+        store = self._host.parts.snapshotter.store
+        _, importer = self._host.parts.records, self._host.parts.importer
         still = self._registry.digests()
         for digest in sorted(digests):
             for owner in store.owners(base_prefix(name, digest)):
@@ -88,11 +88,11 @@ class TemplateVersions:
             log.info("template %s: version %s collected", name, digest[:12])
 
     def _used(self) -> set[str]:
-        records, _ = self._host.ready()
+        records = self._host.parts.records
         return {record.template_digest for record in records.load_all()[0]}
 
     def _rootfs(self, digest: str) -> Path:
-        _, importer = self._host.ready()
+        _, importer = self._host.parts.records, self._host.parts.importer
         pooled = importer.disk(digest)
         return pooled if pooled.exists() else self._registry.image_dir(digest) / ROOTFS_FILE
 

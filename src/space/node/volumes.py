@@ -114,7 +114,7 @@ class Volumes:
         image = self.path(volume_id)
         holder = self.attached(volume_id)
         if holder is not None:
-            sandbox = self._host.sandboxes[holder]
+            sandbox = self._host.sandbox(holder)
             raise SandboxUnavailable(holder, sandbox.state, f"it mounts volume {volume_id}")
         image.unlink(missing_ok=True)
 
@@ -135,7 +135,7 @@ class Volumes:
                 raise FileNotFoundError(2, "no such volume on this node", mount.volume_id)
             for holder, read_only in self.holders(mount.volume_id):
                 if holder != sandbox_id and not (read_only and mount.read_only):
-                    state = self._host.sandboxes[holder].state
+                    state = self._host.sandbox(holder).state
                     why = f"it mounts volume {mount.volume_id}"
                     raise SandboxUnavailable(holder, state, why)
 
@@ -152,8 +152,8 @@ class Volumes:
     def holders(self, volume_id: str) -> list[tuple[str, bool]]:
         """(sandbox id, read-only) of every live sandbox here that mounts `volume_id`."""
         return [
-            (sandbox_id, mount.read_only)
-            for sandbox_id, sandbox in self._host.sandboxes.items()
+            (sandbox.sandbox_id, mount.read_only)
+            for sandbox in self._host.held()
             if sandbox.state in LIVE
             for mount in sandbox.record.volumes
             if mount.volume_id == volume_id
