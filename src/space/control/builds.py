@@ -14,7 +14,7 @@ node reports in its heartbeat, each build started on the node it is planned for.
 build is marked `building` (on its node) before the node is asked — compare-and-set,
 so one cancelled meanwhile never starts — and a crash between the two is seen as a
 build the node does not know. Its node holds it to `SPACE_TIMEOUT_BUILD` from when it
-has a slot. The controller runs `poll`: a pass every interval while a build is queued
+has a build slot. The controller runs `poll`: a pass every interval while a build is queued
 or building, and with none, a look at the table only every `IDLE_POLL_SECONDS`.
 
 `cancel` (`DELETE /v1/templates/builds/{id}`): a queued build is `cancelled` at once

@@ -8,7 +8,7 @@ and one close each. An admitted connection gets nothing but a task and a future
 until the guest sends its first byte (within `first_byte_timeout`, else it is
 closed): held-open connections never cost stream buffers or a TLS state (~256 KiB
 each). Then it gets a server-side stream pair and runs `handler` as a task of the
-sandbox's `TaskSet`, giving its slot back when it returns.
+sandbox's `TaskSet`, giving its place back when it returns.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The gateway connects only to addresses it resolved itself (or to an IP literal a
 policy CIDR allowed), checks each against the fence before connecting, and verifies
 upstream certificates against the system trust store plus `SPACE_GATEWAY_CA_FILE`.
 `for_sandbox` gives each sandbox a view that admits its upstream connections through
-its `Admission` (per-sandbox and node-wide caps); `Connection.close` gives the slot
+its `Admission` (per-sandbox and node-wide caps); `Connection.close` gives the place
 back.
 """
 
@@ -42,7 +42,7 @@ class Connection:
     on_close: Callable[[], None] | None = field(default=None, repr=False)
 
     def close(self) -> None:
-        """Close the socket and give its sandbox slot back (once)."""
+        """Close the socket and give its sandbox's place back (once)."""
         self.writer.close()
         release, self.on_close = self.on_close, None
         if release is not None:

@@ -2,7 +2,7 @@
 
 `/v1` commands (`POST .../commands`), `/v1` exec and envd's `process.Process`
 all start here: a `commands` row is written first, in one transaction with the
-org's quota check (`services.quotas`), so every process holds exactly one slot however
+org's quota check (`services.quotas`), so every process holds exactly one place however
 it was started, and a failed start releases it. A started process has one handle
 and one pump that appends every event to its log (`eventlog`: replayable by
 `/v1` readers, at most `log_limit` bytes, draining on past it) and fans it out to
@@ -99,9 +99,9 @@ class ProcessConfig:
 @dataclass
 class LiveProcess:
     sandbox_id: str
-    command_id: str  # `/v1`'s id; its `commands` row holds the quota slot, if `writer`
+    command_id: str  # `/v1`'s id; its `commands` row holds the quota place, if `writer`
     handle: CommandHandle
-    config: ProcessConfig | None  # None: attached (started elsewhere: no slot, no log)
+    config: ProcessConfig | None  # None: attached (started elsewhere: no place, no log)
     pty: bool = False
     tag: str | None = None
     writer: LogWriter | None = None
@@ -172,7 +172,7 @@ class ProcessRegistry:
     async def exec(
         self, sandbox_id: str, org_id: str, request: ExecRequest, timeout: float
     ) -> ExecResult:
-        """Run to completion (`node.exec`), holding a slot while it runs."""
+        """Run to completion (`node.exec`), holding a place while it runs."""
         command_id = self._reserve(sandbox_id, org_id, ProcessConfig.of(request))
         exit_code: int | None = None
         try:
@@ -194,7 +194,7 @@ class ProcessRegistry:
 
     async def attach(self, sandbox_id: str, pid: int | None, tag: str | None) -> LiveProcess:
         """A process this registry holds, or one only the agent still knows (attached
-        then: no slot, no log); ProcessLookupError if neither has it."""
+        then: no place, no log); ProcessLookupError if neither has it."""
         live = self.find(sandbox_id, pid, tag)
         if live is not None:
             return live

@@ -86,14 +86,15 @@ def admit_command(session: Session, config: QuotaConfig, org_id: str, sandbox_id
 def reserve_command(
     db: Database, config: QuotaConfig, org_id: str, sandbox_id: str, argv: dict[str, Any]
 ) -> str:
-    """A `commands` row holding one slot for a process about to start (429 if none)."""
+    """A `commands` row holding one place under the quota for a process about to start
+    (429 if none)."""
     with db.session() as session:
         admit_command(session, config, org_id, sandbox_id)
         return CommandRepo(session).create(sandbox_id, argv).id
 
 
 def release_command(db: Database, command_id: str, exit_code: int | None = None) -> None:
-    """Free the slot (now, or once a database outage is over)."""
+    """Free its place (now, or once a database outage is over)."""
     db.write_soon(partial(_finish, command_id, exit_code), f"exit of command {command_id}")
 
 

@@ -34,8 +34,8 @@ them to its own error shape (the statuses below are `/v1`'s):
     502 sandbox_fork_failed     fork: the node could not fork it (every fork is `error`)
 
 A create under an `Idempotency-Key` (unique per org) happens once: a retry with
-the key and the same request waits for and answers that sandbox (no second quota
-slot), also while the first request is still creating it.
+the key and the same request waits for and answers that sandbox (no second place
+under the quota), also while the first request is still creating it.
 """
 
 from __future__ import annotations

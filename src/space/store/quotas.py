@@ -1,5 +1,5 @@
 """Per-org admission counts, taken under a lock on the org's row so that two
-concurrent admissions can never both take the last slot.
+concurrent admissions can never both take the last place.
 
 `lock_org` must be the first statement of its transaction: on PostgreSQL it
 takes the org row's lock, on SQLite the database write lock (a first write
@@ -19,7 +19,7 @@ from space.store.states import SandboxState
 from space.store.templates import TemplateRepo
 from space.store.volumes import VolumeRepo
 
-#: States that hold a quota slot: everything not on its way out.
+#: States that hold a place under the quota: everything not on its way out.
 NOT_LIVE = (SandboxState.DELETING.value, SandboxState.DELETED.value, SandboxState.ERROR.value)
 
 

@@ -18,7 +18,7 @@ Once open:
 A message over `SPACE_CONSOLE_PTY_MESSAGE_BYTES` closes the socket with 1009, a
 malformed control message with 1003; a key revoked meanwhile closes it with 1008, a
 process whose output stream is lost (the VM stopped) with 1011.
-The process is a data-plane call (activity, a quota slot) and ends with the socket:
+The process is a data-plane call (activity, a quota place) and ends with the socket:
 its input closed and SIGHUP, then SIGKILL after `KILL_GRACE_SECONDS`.
 """
 
@@ -115,7 +115,7 @@ async def pty(
         size = _checked_size(rows, cols)
         _checked_cmd(cmd)
         await require_running(state, sandbox)
-        slot = reserve_command(
+        command_id = reserve_command(
             state.db, state.settings.quotas, sandbox.org_id, sandbox.id, {"pty": cmd or "shell"}
         )
     except ApiError as exc:
@@ -134,7 +134,7 @@ async def pty(
             _touch(state, sandbox.id)
             exit_code = await _serve(state, websocket, principal, sandbox, size, cmd)
     finally:
-        release_command(state.db, slot, exit_code)
+        release_command(state.db, command_id, exit_code)
         _touch(state, sandbox.id)
 
 
