@@ -4,6 +4,7 @@ skipped; every other record is still adopted or torn down."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from space.config import RecoveryConfig
@@ -24,12 +25,18 @@ class _Host:
     """Only what `sweep` itself touches of the host."""
 
     def __init__(self, records: list[SandboxRecord]) -> None:
-        self._records = _Records(records)
-        self.sandboxes: dict[str, Sandbox] = {}
+        self.parts = SimpleNamespace(records=_Records(records))
+        self._sandboxes: dict[str, Sandbox] = {}
         self.torn_down: list[str] = []
 
-    def ready(self) -> tuple[Any, None]:
-        return self._records, None
+    def hold(self, sandbox: Sandbox) -> None:
+        self._sandboxes[sandbox.sandbox_id] = sandbox
+
+    def find(self, sandbox_id: str) -> Sandbox | None:
+        return self._sandboxes.get(sandbox_id)
+
+    def sandbox(self, sandbox_id: str) -> Sandbox:
+        return self._sandboxes[sandbox_id]
 
     async def teardown(self, slot: str, _sandbox: object) -> None:
         self.torn_down.append(slot)
