@@ -92,13 +92,25 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+#: The PostgreSQL advisory lock every process takes around its migration (an arbitrary
+#: constant of SPACE's own: "SPACEMIG" as a 64-bit integer).
+MIGRATION_LOCK = 0x53504143454D4947
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Bring the schema to `revision` (idempotent); a migration has no statement timeout."""
+    """Bring the schema to `revision` (idempotent); a migration has no statement timeout.
+
+    On PostgreSQL, one process at a time: each takes `MIGRATION_LOCK` (a transaction
+    advisory lock, let go at commit or when the process dies) before Alembic reads the
+    schema's version, so processes that start together on a fresh database wait for the
+    first one's migration and then find nothing to do.
+    """
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
         if engine.dialect.name == "postgresql":
             connection.exec_driver_sql("SET LOCAL statement_timeout = 0")
+            connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
 
