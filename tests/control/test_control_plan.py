@@ -1,7 +1,8 @@
 from __future__ import annotations
 
-from space.control.plan import LOST, Action, RowSnapshot, Verb, plan
+from space.control.plan import LOST, RETURNED, Action, RowSnapshot, Verb, lost_with, plan
 from space.seam.values import SandboxObservation
+from space.store.states import SandboxState
 
 
 def row(state: str, sandbox_id: str = "sb1", generation: int = 4) -> RowSnapshot:
@@ -33,6 +34,28 @@ def test_node_error_is_recorded_with_its_reason() -> None:
     [action] = plan([row("running")], [obs("error", reason="qemu died")])
     assert action.verb is Verb.FAIL
     assert action.reason is not None and "qemu died" in action.reason
+
+
+def test_a_sandbox_of_a_lost_node_fails_saying_so() -> None:
+    lost = obs("lost", reason=lost_with("node1"))
+    for state in ("running", "paused", "suspending"):
+        assert plan([row(state)], [lost]) == [Action(Verb.FAIL, "sb1", 4, lost_with("node1"))]
+
+
+def test_a_sandbox_lost_with_its_node_comes_back_with_the_node() -> None:
+    failed = RowSnapshot("sb1", "error", 5, reason=lost_with("node1"))
+    assert plan([failed], [obs("lost", reason=lost_with("node1"))]) == []
+    assert plan([failed], []) == []
+    for held, to in (("running", SandboxState.RUNNING), ("paused", SandboxState.PAUSED)):
+        revive = Action(Verb.SETTLE, "sb1", 5, RETURNED, to=to)
+        assert plan([failed], [obs(held)]) == [revive]
+
+
+def test_a_sandbox_in_error_for_another_reason_is_destroyed_even_whole() -> None:
+    failed = RowSnapshot("sb1", "error", 5, reason="create failed: no space")
+    destroy = Action(Verb.DESTROY, "sb1", reason="sandbox is in error")
+    assert plan([failed], [obs("running")]) == [destroy]
+    assert plan([RowSnapshot("sb1", "error", 5, reason=LOST)], [obs("running")]) == [destroy]
 
 
 def test_deleting_is_finished() -> None:

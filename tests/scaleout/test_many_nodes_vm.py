@@ -3,7 +3,9 @@ own acting as a host and reached over a veth pair, two `space api` replicas and 
 `space controller` over one PostgreSQL database (`SPACE_CLUSTER_NODE_TOKENS_DIR`):
 sandboxes created through either replica spread over the nodes; exec, files and SSE
 work through either replica; a node's token opens no other node; a killed node's
-sandboxes fail naming it within the configured time while the others run on."""
+sandboxes fail naming it within the configured time while the others run on, and come
+back `running`, their memory whole, when it restarts (after the lost-after window, and
+within it)."""
 
 from __future__ import annotations
 
@@ -60,6 +62,27 @@ def node_of(many: ManyNodes, sandbox: str) -> str:
     return holders[0]
 
 
+def marked(http: httpx.Client, sandboxes: list[str]) -> None:
+    """Leave each sandbox's id in its RAM (the guest's /dev/shm is a tmpfs)."""
+    for sid in sandboxes:
+        ran = http.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": f"echo {sid} > /dev/shm/mark"})
+        assert ran.json()["exit_code"] == 0, ran.text
+
+
+def back_whole(http: httpx.Client, sandboxes: list[str]) -> None:
+    """Each sandbox is `running` again with the mark `marked` left in its RAM."""
+
+    def running() -> bool:
+        return all(
+            http.get(f"/v1/sandboxes/{sid}").json()["state"] == "running" for sid in sandboxes
+        )
+
+    wait_until(running, LOST_AFTER + 120)
+    for sid in sandboxes:
+        ran = http.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": "cat /dev/shm/mark"})
+        assert ran.json()["stdout"] == f"{sid}\n", ran.text
+
+
 def streamed(http: httpx.Client, sandbox: str, cmd: str) -> bytes:
     started = http.post(f"/v1/sandboxes/{sandbox}/commands", json={"cmd": cmd})
     assert started.status_code == 201, started.text
@@ -104,9 +127,10 @@ def test_three_nodes_two_replicas_and_a_lost_node(many: ManyNodes) -> None:
         refused = observe(many.nodes[other].node_url, stolen)
         assert refused.status_code == 401  # a node's token opens no other node
 
-        many.nodes[victim].kill("node", signal.SIGKILL)
         lost = [sid for sid, name in placed.items() if name == victim]
         kept = [sid for sid in sandboxes if sid not in lost]
+        marked(apis[0], lost)
+        many.nodes[victim].kill("node", signal.SIGKILL)
 
         def failed() -> bool:
             states = [apis[0].get(f"/v1/sandboxes/{sid}").json() for sid in lost]
@@ -125,7 +149,15 @@ def test_three_nodes_two_replicas_and_a_lost_node(many: ManyNodes) -> None:
         assert node_of(many, replacement.json()["id"]) != victim
         sandboxes.append(replacement.json()["id"])
 
-        many.start_node(victim)  # back: it adopts its VMs, which the deletes below remove
+        many.start_node(victim)  # back after the window: it adopts its VMs, their rows revive
+        back_whole(apis[1], lost)
+
+        briefly = [sid for sid, name in placed.items() if name == other]
+        marked(apis[1], briefly)
+        many.nodes[other].kill("node", signal.SIGKILL)
+        many.start_node(other)  # back at once, within the window
+        back_whole(apis[0], briefly)
+
         for sid in sandboxes:
             assert apis[0].delete(f"/v1/sandboxes/{sid}").status_code in (200, 202, 204)
         for sid in sandboxes:

@@ -14,10 +14,12 @@ unless that node is lost. Every call naming a sandbox goes to the node its row n
 - for a node that does not answer, its sandboxes are reported `unreachable`: the
   reconciler leaves them alone until the node answers again or is lost;
 - for a node the registry marks lost (`space.control.registry`), its running and
-  paused sandboxes are reported `error` naming the node, so the reconciler marks them
-  failed with that reason; a create placed there is placed again; a delete finishes
-  without it (there is nothing left to ask). Its suspended (and restoring) sandboxes
-  are reported `suspended`: with a shared snapshot store they restore elsewhere.
+  paused sandboxes are reported `lost` naming the node, so the reconciler marks them
+  failed with that reason (`control.plan.lost_with`), and back to what the node holds
+  if it returns (a killed node's VMs run on, and it adopts them when it restarts); a
+  create placed there is placed again; a delete finishes without it (there is
+  nothing left to ask). Its suspended (and restoring) sandboxes are reported
+  `suspended`: with a shared snapshot store they restore elsewhere.
 
 Moving a suspended sandbox (`adopt_snapshot`, which `restore_sandbox` does first
 for a sandbox whose node is lost or gone): a new node is chosen as for a create
@@ -44,6 +46,7 @@ from typing import Any, Protocol
 from sqlalchemy.orm import Session
 
 from space.control.placement import NoNodeAvailable, choose
+from space.control.plan import lost_with
 from space.seam.errors import SandboxNotFound, SandboxUnavailable
 from space.seam.protocol import CommandHandle, NodeClient, WatchStream
 from space.seam.values import (
@@ -73,7 +76,7 @@ log = logging.getLogger(__name__)
 
 S = SandboxState
 
-#: Row states whose sandbox a lost node took with it (reported `error`).
+#: Row states whose sandbox a lost node took with it (reported `lost`).
 TAKEN_BY_LOSS = frozenset({S.RUNNING.value, S.PAUSED.value, S.SUSPENDING.value})
 #: Row states whose sandbox a lost node left in the shared snapshot store.
 LEFT_BY_LOSS = frozenset({S.SUSPENDED.value, S.RESTORING.value})
@@ -430,8 +433,8 @@ class Cluster:
             elif self._nodes[row.node].state is not NodeState.LOST:
                 continue
             elif row.state in TAKEN_BY_LOSS:
-                why = f"node {row.node} is lost (no heartbeat)"
-                result.append(SandboxObservation(sandbox_id, "error", row.template, why))
+                why = lost_with(row.node)
+                result.append(SandboxObservation(sandbox_id, "lost", row.template, why))
             elif row.state in LEFT_BY_LOSS:
                 why = f"node {row.node} is lost; restores on another node from the shared store"
                 result.append(SandboxObservation(sandbox_id, "suspended", row.template, why))

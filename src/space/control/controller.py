@@ -402,6 +402,7 @@ def _snapshot(row: Sandbox, now: datetime) -> RowSnapshot:
         desired=row.desired_state,
         fork_of=row.fork_of,
         age=(now - row.updated_at).total_seconds(),
+        reason=row.reason,
     )
 
 

@@ -17,9 +17,15 @@ Every row state has a way forward from what the node holds (`running`, `paused`,
 | running/paused/suspending/restoring | whole, not as desired  | power op to desired |
 | running/paused           | suspended (VM died, snapshot kept) | settle suspended   |
 | any but creating         | lost (nothing, stopped, broken)   | fail                |
+| running/paused/suspending| its node is lost                  | fail, lost with it  |
 | deleting                 | anything                          | finish delete       |
+| error, lost with its node| whole (the node came back)        | revive: settle      |
 | error                    | anything                          | destroy             |
 | any                      | unreachable (its node is silent)  | none: wait          |
+
+A sandbox failed because its node was lost (`lost_with`) is not gone: a node killed
+leaves its VMs running, and one that comes back adopts them; the row goes back to
+what the node holds, never destroyed while its VM lives.
 
 With a `grace` (a controller beside API processes that run power operations of
 their own), a running, paused, suspending or restoring row whose desired state it
@@ -61,6 +67,7 @@ class RowSnapshot:
     desired: str = DesiredState.RUNNING.value
     fork_of: str | None = None  # a fork: only its fork call makes it, never a create
     age: float = float("inf")  # seconds since the row last changed
+    reason: str | None = None  # why it is in its state (`error`: `lost_with` revives)
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,14 @@ class Action:
 LOST = "lost: the node has no VM for this sandbox"
 DIED = "its VM ended; restorable from its last sealed snapshot"
 FORK_CUT = "fork cut short: the node holds no whole fork for this sandbox"
+LOST_WITH = "lost with its node "
+RETURNED = "its node came back holding it"
+
+
+def lost_with(node: str) -> str:
+    """The reason of a sandbox failed with its lost node `node` (and revived if it returns)."""
+    return f"{LOST_WITH}{node} (no heartbeat); back if the node returns"
+
 
 # The operation that takes a sandbox the node holds as `observed` to `desired`.
 LEADS_TO: dict[tuple[SandboxState, SandboxState], PowerOp] = {
@@ -131,9 +146,9 @@ def _for_row(row: RowSnapshot, obs: SandboxObservation | None) -> Action | None:
     if state is S.CREATING:
         return _for_creating(row, obs)
     if state is S.ERROR:
-        if obs is None:
-            return None
-        return Action(Verb.DESTROY, row.sandbox_id, reason="sandbox is in error")
+        return _for_error(row, obs, holds)
+    if obs is not None and obs.state == "lost":
+        return Action(Verb.FAIL, row.sandbox_id, row.generation, obs.reason)
     if holds is None:
         if state is S.SUSPENDED or (obs is not None and obs.state == "creating"):
             return None  # a snapshot needs no node
@@ -143,6 +158,16 @@ def _for_row(row: RowSnapshot, obs: SandboxObservation | None) -> Action | None:
     if state in MOVING:
         return _converge(row, state, holds)
     return None
+
+
+def _for_error(
+    row: RowSnapshot, obs: SandboxObservation | None, holds: SandboxState | None
+) -> Action | None:
+    if obs is None or obs.state == "lost":
+        return None
+    if holds is not None and (row.reason or "").startswith(LOST_WITH):
+        return Action(Verb.SETTLE, row.sandbox_id, row.generation, RETURNED, to=holds)
+    return Action(Verb.DESTROY, row.sandbox_id, reason="sandbox is in error")
 
 
 def _converge(row: RowSnapshot, state: SandboxState, holds: SandboxState) -> Action | None:

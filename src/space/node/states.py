@@ -33,7 +33,8 @@ TRANSITIONS: dict[ObservedState, frozenset[ObservedState]] = {
     "suspended": _then("running"),
     "error": _then("suspended"),
     "stopped": ANY_TIME,
-    "unreachable": frozenset(),
+    "unreachable": frozenset(),  # the cluster's words for a node's silence or loss:
+    "lost": frozenset(),  # no sandbox on a node is ever in them
 }
 
 

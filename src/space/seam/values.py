@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-#: `unreachable`: reported by `space.control.cluster` for a sandbox whose node does not
-#: answer (not lost yet): the reconciler leaves it alone.
+#: `unreachable` and `lost`: reported by `space.control.cluster`, never by a node, for a
+#: sandbox whose node does not answer (not lost yet: the reconciler leaves it alone) or
+#: is lost (its sandbox fails, and comes back if the node does).
 ObservedState = Literal[
-    "creating", "running", "paused", "suspended", "stopped", "error", "unreachable"
+    "creating", "running", "paused", "suspended", "stopped", "error", "unreachable", "lost"
 ]
 EventKind = Literal["stdout", "stderr", "exit"]
 FileType = Literal["file", "dir", "symlink", "other"]

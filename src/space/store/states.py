@@ -46,7 +46,9 @@ ALLOWED_TRANSITIONS: dict[SandboxState, frozenset[SandboxState]] = {
     S.SUSPENDING: frozenset({S.SUSPENDED, S.RUNNING, S.PAUSED, S.ERROR, S.DELETING}),
     S.SUSPENDED: frozenset({S.RESTORING, S.ERROR, S.DELETING}),
     S.RESTORING: frozenset({S.RUNNING, S.SUSPENDED, S.ERROR, S.DELETING}),
-    S.ERROR: frozenset({S.DELETING}),
+    # out of error only by a delete, or when the node it was lost with comes back holding
+    # it whole (`control.plan`: revive)
+    S.ERROR: frozenset({S.DELETING, S.RUNNING, S.PAUSED, S.SUSPENDED}),
     S.DELETING: frozenset({S.DELETED}),
     S.DELETED: frozenset(),
 }
