@@ -67,6 +67,7 @@ def create_app(
     db = db or open_database(settings)
     activity = Activity(settings.controller.activity_interval)
     credential_service = CredentialService(settings, db)
+    credential_service.check_keys()  # the same key files as the cluster's other processes
     pushes = CredentialPush(credential_service, db, node, settings.timeouts.node_call)
     audit = AuditCopy(db, credential_service.audit_file, node, settings.timeouts.node_call)
     controller = _controller(settings, db, node, activity, after_pass(pushes, audit))

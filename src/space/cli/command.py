@@ -18,6 +18,7 @@ from space.cli import admin, credentials, serve, templates
 from space.cli.client import SHORT, add_sandbox_commands, add_short_commands
 from space.cli.common import Handler
 from space.cli.output import err
+from space.credentials.crypto import KeyFileError
 from space.private import private_umask
 from space.sdk import SpaceError, TransportError
 
@@ -60,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TransportError as exc:
         err(f"error: cannot reach the SPACE API (SPACE_API_URL): {exc}")
         return 1
+    except KeyFileError as exc:  # a server's credential keys: unsafe, or not the cluster's
+        err(f"error: {exc}")
+        return 2
     except (SpaceError, OSError) as exc:
         err(f"error: {exc}")
         return 1

@@ -22,6 +22,7 @@ from space.cli.common import add_command, json_flag, server_flags, settings_from
 from space.cli.compose import local_node_of, node_of
 from space.cli.output import err, out, table
 from space.config import NodeLinkConfig, NodeTokenError, Settings
+from space.credentials.crypto import KeyFileError
 from space.private import private_dir, tighten
 from space.rlimits import raise_nofile
 from space.seam.protocol import NodeClient
@@ -211,11 +212,13 @@ async def _run_controller(settings: Settings) -> None:
     from space.api.bootstrap import open_database
     from space.control.leader import Leadership
     from space.control.registry import keep_registered
+    from space.services.credentials import CredentialService
 
     db = open_database(settings)
     try:
+        CredentialService(settings, db).check_keys()  # the cluster's key files, or none
         node = node_of(settings, db)
-    except NodeTokenError:
+    except (NodeTokenError, KeyFileError):
         db.dispose()
         raise
     await node.open()

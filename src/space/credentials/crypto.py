@@ -37,6 +37,10 @@ class KeyFileError(Exception):
     """A key file is unsafe (readable by group/others) or malformed."""
 
 
+class KeyDisagreement(KeyFileError):
+    """A key file is not the one the cluster's other processes use (`services.key_agreement`)."""
+
+
 class KeyProvider(Protocol):
     """Where sealing keys come from (a file here; Vault or a KMS elsewhere)."""
 
@@ -157,6 +161,10 @@ class FileKeyProvider:
 
     def get(self, key_id: str) -> bytes:
         return self._keys[key_id]
+
+    def all(self) -> dict[str, bytes]:
+        """Every key in the file, by id."""
+        return dict(self._keys)
 
 
 def _b64key() -> str:

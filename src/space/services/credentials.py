@@ -24,6 +24,7 @@ from space.credentials.crypto import FileKeyProvider, KeyProvider, secret_file
 from space.credentials.guest_env import placeholder_env
 from space.credentials.model import CredentialUse
 from space.credentials.scopes import SandboxRef
+from space.services import key_agreement
 from space.store.credential_audit import AuditRepo
 from space.store.credentials import CredentialRepo
 from space.store.db import Database
@@ -69,13 +70,24 @@ class CredentialService:
             own = set(row.env)
         return {name: ph for name, ph in placeholder_env(view).items() if name not in own}
 
+    def check_keys(self) -> None:
+        """At start: refuse key files other processes of the cluster do not share
+        (`services.key_agreement`)."""
+        key_agreement.check(self.db, self.config, self.data_dir)
+
     @cached_property
     def keys(self) -> KeyProvider:
-        return FileKeyProvider(self.config.key_path(self.data_dir))
+        path = self.config.key_path(self.data_dir)
+        keys = FileKeyProvider(path)
+        key_agreement.agree_sealing(self.db, keys, path)
+        return keys
 
     @cached_property
     def placeholder_secret(self) -> bytes:
-        return secret_file(self.config.placeholder_path(self.data_dir))
+        path = self.config.placeholder_path(self.data_dir)
+        secret = secret_file(path)
+        key_agreement.agree_placeholder(self.db, secret, path)
+        return secret
 
     @cached_property
     def audit_file(self) -> AuditFile:

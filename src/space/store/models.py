@@ -323,3 +323,15 @@ class TemplateBuild(Base):
     digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class SecretFingerprint(Base):
+    """A one-way fingerprint of a secret every control-plane process must share (the
+    credential placeholder key, each sealing key by id), recorded by the first process
+    that uses it: a process holding another is refused (`services.key_agreement`)."""
+
+    __tablename__ = "secret_fingerprints"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
