@@ -69,15 +69,18 @@ def marked(http: httpx.Client, sandboxes: list[str]) -> None:
         assert ran.json()["exit_code"] == 0, ran.text
 
 
-def back_whole(http: httpx.Client, sandboxes: list[str]) -> None:
+def back_whole(many: ManyNodes, http: httpx.Client, sandboxes: list[str], node: str) -> None:
     """Each sandbox is `running` again with the mark `marked` left in its RAM."""
 
-    def running() -> bool:
-        return all(
-            http.get(f"/v1/sandboxes/{sid}").json()["state"] == "running" for sid in sandboxes
-        )
+    def states() -> list[tuple[str, str | None]]:
+        rows = [http.get(f"/v1/sandboxes/{sid}").json() for sid in sandboxes]
+        return [(row["state"], row.get("reason")) for row in rows]
 
-    wait_until(running, LOST_AFTER + 120)
+    try:
+        wait_until(lambda: all(state == "running" for state, _ in states()), LOST_AFTER + 120)
+    except AssertionError:
+        node_log, controller_log = many.nodes[node].tail("node"), many.control.tail("controller")
+        raise AssertionError(f"{states()}\n{node_log}\n{controller_log}") from None
     for sid in sandboxes:
         ran = http.post(f"/v1/sandboxes/{sid}/exec", json={"cmd": "cat /dev/shm/mark"})
         assert ran.json()["stdout"] == f"{sid}\n", ran.text
@@ -150,13 +153,13 @@ def test_three_nodes_two_replicas_and_a_lost_node(many: ManyNodes) -> None:
         sandboxes.append(replacement.json()["id"])
 
         many.start_node(victim)  # back after the window: it adopts its VMs, their rows revive
-        back_whole(apis[1], lost)
+        back_whole(many, apis[1], lost, victim)
 
         briefly = [sid for sid, name in placed.items() if name == other]
         marked(apis[1], briefly)
         many.nodes[other].kill("node", signal.SIGKILL)
         many.start_node(other)  # back at once, within the window
-        back_whole(apis[0], briefly)
+        back_whole(many, apis[0], briefly, other)
 
         for sid in sandboxes:
             assert apis[0].delete(f"/v1/sandboxes/{sid}").status_code in (200, 202, 204)

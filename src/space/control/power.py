@@ -57,6 +57,9 @@ STEPS: dict[PowerOp, _Step] = {
 
 # What the node reports for a sandbox it holds whole, as the row state it means.
 STABLE = {"running": S.RUNNING, "paused": S.PAUSED, "suspended": S.SUSPENDED}
+#: What a node reports while it cannot say what it holds: still adopting the sandbox
+#: (a restarted node), or not answering (the cluster's word for a silent node).
+IN_DOUBT = frozenset({"creating", "unreachable"})
 DESIRED = {
     S.RUNNING: DesiredState.RUNNING,
     S.PAUSED: DesiredState.PAUSED,
@@ -130,14 +133,16 @@ async def _after_failure(
     db: Database, node: NodeClient, sandbox_id: str, generation: int, op: PowerOp, exc: Exception
 ) -> Sandbox:
     """Record what the node holds after a failed call: done if it is where `op` leads,
-    else the whole state it kept, else `error` (a node that cannot say leaves the row
-    for the reconciler); raises `NodeFailed` unless done."""
+    else the whole state it kept, else `error`; a node that cannot say (it does not
+    answer, or is still adopting the sandbox) leaves the row for the reconciler, which
+    finishes the operation when the node answers or moves the sandbox if it is lost.
+    Raises `NodeFailed` unless done."""
     reason = f"{op} failed: {type(exc).__name__}: {exc}"
     try:
         observed = {o.sandbox_id: o.state for o in await node.observe()}.get(sandbox_id)
     except Exception:
         raise NodeFailed(reason) from exc
-    if observed == "creating":  # the node is still bringing it up (an adoption)
+    if observed in IN_DOUBT:
         raise NodeFailed(reason) from exc
     kept = STABLE.get(observed or "")
     if kept is STEPS[op].target:
