@@ -1,4 +1,4 @@
-"""`space nodes ls|cordon|uncordon|drain`, straight on the database."""
+"""`space nodes ls|cordon|uncordon|drain|forget`, straight on the database."""
 
 from __future__ import annotations
 
@@ -66,3 +66,18 @@ def test_an_unknown_node_is_an_error(
 ) -> None:
     assert main(["nodes", "cordon", "nowhere", "--data-dir", str(tmp_path)]) == 1
     assert "node 'nowhere' not found" in capsys.readouterr().err
+
+
+def test_forget_refuses_a_node_still_heard_and_forgets_a_lost_one(
+    registered: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = ["--data-dir", str(tmp_path)]
+    assert main(["nodes", "forget", "host-a", *data]) == 1
+    assert "node host-a cannot go from 'ready' to 'forgotten'" in capsys.readouterr().err
+    db = Database(make_engine(registered))
+    with db.session() as session:
+        NodeRepo(session).leave("host-a")
+    db.dispose()
+    assert main(["nodes", "forget", "host-a", *data]) == 0
+    assert capsys.readouterr().out == "host-a forgotten\n"
+    assert [n["name"] for n in run_json(capsys, "nodes", "ls", *data)] == ["host-b"]

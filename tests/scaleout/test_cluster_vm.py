@@ -93,17 +93,26 @@ def test_api_controller_and_node_as_three_processes(cluster: Cluster) -> None:
         )
 
         # a stopping node ends the streams still open (a command the API follows) after
-        # SPACE_NODE_DRAIN_SECONDS; the API answers 502 meanwhile; a new node adopts the VM
+        # SPACE_NODE_DRAIN_SECONDS and says it is gone: `lost` at once, so its sandbox
+        # fails saying so; a new node adopts the VM and the sandbox is back, RAM whole
+        marked = http.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": "echo m > /dev/shm/m"})
+        assert marked.json()["exit_code"] == 0, marked.text
         held = http.post(f"/v1/sandboxes/{sandbox}/commands", json={"cmd": "sleep 600"})
         assert held.status_code == 201, held.text
         before_stop = cluster.log("controller").read_text()
         started = time.monotonic()
         assert cluster.stop_one("node") == ""
         assert time.monotonic() - started < 30
+        assert registered(server) == {name: "lost"}
+        wait_until(lambda: http.get(f"/v1/sandboxes/{sandbox}").json()["state"] == "error", 60)
+        assert f"lost with its node {name}" in http.get(f"/v1/sandboxes/{sandbox}").json()["reason"]
         down = http.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": "true"})
-        assert down.status_code == 502 and "unavailable" in down.json()["error"]["message"]
+        assert down.status_code == 409, down.text
         cluster.start_node()
         wait_until(lambda: _exec_ok(http, sandbox), 120)
+        again = http.post(f"/v1/sandboxes/{sandbox}/exec", json={"cmd": "cat /dev/shm/m"})
+        assert again.json()["stdout"] == "m\n"
+        assert registered(server) == {name: "ready"}
 
         assert http.delete(f"/v1/sandboxes/{sandbox}").status_code in (200, 202, 204)
         wait_until(lambda: http.get(f"/v1/sandboxes/{sandbox}").status_code == 404, 120)

@@ -162,7 +162,8 @@ def test_three_nodes_two_replicas_and_a_lost_node(many: ManyNodes) -> None:
         back_whole(many, apis[0], briefly, other)
 
         for sid in sandboxes:
-            assert apis[0].delete(f"/v1/sandboxes/{sid}").status_code in (200, 202, 204)
+            deleted = apis[0].delete(f"/v1/sandboxes/{sid}")
+            assert deleted.status_code in (200, 202, 204), deleted.text
         for sid in sandboxes:
             wait_until(lambda sid=sid: apis[1].get(f"/v1/sandboxes/{sid}").status_code == 404, 120)
     finally:

@@ -93,3 +93,25 @@ def test_a_silent_node_is_lost_and_comes_back_when_heard(store: Database) -> Non
 def test_capacity_reads_back_from_older_or_partial_json(store: Database) -> None:
     assert Capacity.from_json({"cpus": 4}) == Capacity(4, 0, 0, 0)
     assert Capacity.from_json(CAPACITY.to_json()) == CAPACITY
+
+
+def test_a_node_that_leaves_is_lost_at_once_and_ready_when_heard(store: Database) -> None:
+    beat(store)
+    with store.session() as session:
+        NodeRepo(session).leave("host-a")
+    assert node_state(store, "host-a") is NodeState.LOST
+    beat(store)
+    assert node_state(store, "host-a") is NodeState.READY
+
+
+def test_only_a_lost_node_can_be_forgotten(store: Database) -> None:
+    beat(store)
+    with pytest.raises(NodeStateRefused, match="cannot go from 'ready' to 'forgotten'"):
+        with store.session() as session:
+            NodeRepo(session).forget("host-a")
+    with store.session() as session:
+        NodeRepo(session).leave("host-a")
+    with store.session() as session:
+        NodeRepo(session).forget("host-a")
+    with store.session() as session, pytest.raises(NotFound):
+        NodeRepo(session).get("host-a")

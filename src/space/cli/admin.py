@@ -1,11 +1,14 @@
 """The operator's commands straight on the database (`SPACE_DATABASE_URL`, or the data
-dir's SQLite): `space keys create|list|revoke` and `space nodes ls|cordon|uncordon|drain`.
+dir's SQLite): `space keys create|list|revoke` and
+`space nodes ls|cordon|uncordon|drain|forget`.
 
 A key's value is shown once, at `create`; `list` and `revoke` show ids and prefixes.
 `cordon` marks a node closed to new sandboxes, `drain` marks it draining (closed, and
 the leading `space controller` moves its sandboxes off through the shared snapshot
-store: `space.control.drain`), `uncordon` returns it to `ready`. A node goes `lost` by itself
-when its heartbeat stops, and back to `ready` when it is heard again.
+store: `space.control.drain`), `uncordon` returns it to `ready`. A node goes `lost` when it
+stops (it says so) or its heartbeat does, and back to `ready` when it is heard again;
+`forget` declares a lost node gone for good (its sandboxes fail, its suspended ones
+restore elsewhere).
 """
 
 from __future__ import annotations
@@ -68,6 +71,9 @@ def register(sub: Any) -> None:
         parser.set_defaults(verb=verb)
         json_flag(parser)
         server_flags(parser, listen=False)
+    forget = add_command(verbs, "forget", cmd_nodes_forget, "declare lost nodes gone for good")
+    forget.add_argument("names", nargs="+", metavar="NAME")
+    server_flags(forget, listen=False)
 
 
 # -- keys ------------------------------------------------------------------------
@@ -264,6 +270,24 @@ def cmd_nodes_set(args: argparse.Namespace) -> int:
     else:
         for node in changed:
             out(f"{node.name} {node.state.value}")
+    return 0
+
+
+def cmd_nodes_forget(args: argparse.Namespace) -> int:
+    from space.store.errors import StoreError
+
+    db = _database(args)
+    try:
+        for name in args.names:
+            try:
+                with db.session() as session:
+                    NodeRepo(session).forget(name)
+            except StoreError as exc:
+                err(f"error: {exc}")
+                return 1
+            out(f"{name} forgotten")
+    finally:
+        db.dispose()
     return 0
 
 

@@ -95,6 +95,18 @@ async def _serve_with_node(settings: Settings) -> None:
         await _serve_api(settings, node, db, registries=registries, reconcile=True)
 
 
+def _leave(db: Database, settings: Settings) -> None:
+    """Tell the cluster this node is gone now (`lost`), not after its silence."""
+    from space.control.registry import NodeIdentity
+    from space.store.nodes import NodeRepo
+
+    try:
+        with db.session() as session:
+            NodeRepo(session).leave(NodeIdentity.of(settings.cluster).name)
+    except Exception as exc:  # the database is down: its silence says it in time
+        log.warning("cannot mark this node lost on the way out: %s", exc)
+
+
 @asynccontextmanager
 async def _hosted_node(settings: Settings) -> AsyncIterator[tuple[LocalNode, Database]]:
     """This host's node, open and registered (heartbeating) while the block runs, and the
@@ -116,8 +128,9 @@ async def _hosted_node(settings: Settings) -> AsyncIterator[tuple[LocalNode, Dat
             registered.cancel()
             await asyncio.wait({registered})
             await node.aclose()
+            await asyncio.to_thread(_leave, db, settings)
             db.dispose()
-            log.info("node closed; sandboxes' VMs left for adoption")
+            log.info("node closed and marked lost; sandboxes' VMs left for adoption")
 
 
 async def _serve_api(

@@ -130,6 +130,26 @@ class NodeRepo:
         self.session.flush()
         return _info(row)
 
+    def leave(self, name: str) -> None:
+        """A node that stops says so: `lost` at once, not after `lost_after_seconds` of
+        silence (its next heartbeat makes it `ready` again)."""
+        self.session.execute(
+            update(Node)
+            .where(Node.name == name)
+            .values(state=N.LOST.value)
+            .execution_options(synchronize_session=False)
+        )
+
+    def forget(self, name: str) -> None:
+        """An operator declares a lost node gone for good: its row goes (a node still
+        heard cannot be forgotten: `NodeStateRefused`). What was placed there is then
+        failed, or restored elsewhere if it was suspended (`control.cluster`)."""
+        row = self._row(name)
+        if row.state != N.LOST.value:
+            raise NodeStateRefused(name, row.state, "forgotten")
+        self.session.delete(row)
+        self.session.flush()
+
     def mark_lost(self, silent_for: timedelta) -> list[str]:
         """Mark lost every node not yet lost whose last heartbeat is older than
         `silent_for`; their names."""
