@@ -13,6 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from space.config import NodeLinkConfig, NodeTokenError
+from space.node.metrics import NodeMetrics
 from space.node.server import create_node_app
 from space.seam import wire
 from space.seam.errors import NodeError, SandboxNotFound
@@ -225,3 +226,17 @@ def test_api_refuses_a_node_url_without_a_token(tmp_path: Path) -> None:
         )  # fmt: skip
         assert done.returncode == 2, done.stderr
         assert "no node token" in done.stderr
+
+
+async def test_metrics_are_served_without_a_token(fake: PowerNode, token: str) -> None:
+    metrics = NodeMetrics(lambda: [])
+    metrics.executed(0.0)
+    app = create_node_app(fake, token, NodeLinkConfig(token=token), metrics=metrics.registry)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://node"
+    ) as http:
+        scraped = await http.get("/metrics")
+        refused = await http.post(wire.TEMPLATES.path, content=b"{}")
+    assert scraped.status_code == 200, scraped.text
+    assert "space_node_exec_duration_seconds_count 1.0" in scraped.text
+    assert refused.status_code == 401

@@ -357,7 +357,7 @@ async def _serve_node(settings: Settings, gate: Gate, listen: tuple[str, int]) -
     from space.node.server_io import WS_MAX_FRAME
 
     async with _hosted_node(settings) as (node, _db):
-        app = create_node_app(node, gate, settings.node_link)
+        app = create_node_app(node, gate, settings.node_link, metrics=node.metrics.registry)
         out(f"SPACE node listening on http://{listen[0]}:{listen[1]}")
         drain = settings.node_link.drain_seconds  # process streams last as long as the process
         await _uvicorn_at(app, listen, ws_max_size=WS_MAX_FRAME, drain=drain)

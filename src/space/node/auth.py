@@ -1,5 +1,6 @@
-"""The node server's gate: every request but `GET /healthz` carries a credential the
-node accepts in `Authorization: Bearer <token>`, else 401 JSON before anything is read.
+"""The node server's gate: every request but `GET /healthz` and `GET /metrics` (no
+sandbox ids, no tenant data) carries a credential the node accepts in
+`Authorization: Bearer <token>`, else 401 JSON before anything is read.
 
 Two kinds of gate (`Gate`): `TokenGate`, one shared secret compared in constant time
 (`SPACE_NODE_TOKEN_FILE` / `SPACE_NODE_TOKEN`), and `SignedGate`, a short-lived token
@@ -23,6 +24,8 @@ from space.seam import signing, wire
 
 log = logging.getLogger(__name__)
 BEARER = b"Bearer "
+#: What anyone who reaches the node's port may ask: liveness and the node's metrics.
+OPEN_PATHS = frozenset({"/healthz", "/metrics"})
 
 
 class Gate(Protocol):
@@ -98,7 +101,7 @@ class BearerAuth:
         self._gate = TokenGate(gate) if isinstance(gate, str) else gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or scope["path"] == "/healthz":
+        if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
             await self._app(scope, receive, send)
             return
         offered = next((v for k, v in scope["headers"] if k == b"authorization"), b"")

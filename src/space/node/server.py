@@ -12,6 +12,9 @@
     WS   /seam/v1/open_port?sandbox_id=&port=  binary frames both ways, a text
                                   frame `eof` for a half close
     GET  /healthz                 `{"status": "ok"}` (liveness only, no token)
+    GET  /metrics                 the node's Prometheus metrics (`node.metrics`: counts,
+                                  durations and memory, no sandbox ids; no token), when
+                                  the node has them
 
 Every other request needs `Authorization: Bearer <token>` that the node's gate admits
 (`space.node.auth`: the node token, or a token the control plane signed for this node),
@@ -29,6 +32,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -61,17 +65,27 @@ JSON = "application/json"
 NDJSON = "application/x-ndjson"
 
 
-def create_node_app(node: NodeClient, gate: Gate | str, config: NodeLinkConfig) -> ASGIApp:
-    """The node's ASGI app, behind `gate` (a node token: `TokenGate`)."""
-    server = NodeServer(node, config)
+def create_node_app(
+    node: NodeClient,
+    gate: Gate | str,
+    config: NodeLinkConfig,
+    *,
+    metrics: CollectorRegistry | None = None,
+) -> ASGIApp:
+    """The node's ASGI app, behind `gate` (a node token: `TokenGate`), serving
+    `metrics` at `/metrics` if given."""
+    server = NodeServer(node, config, metrics)
     return BearerAuth(server.app(), gate)
 
 
 class NodeServer:
     """The routes over one node; `handles` holds the process streams that are open."""
 
-    def __init__(self, node: NodeClient, config: NodeLinkConfig) -> None:
+    def __init__(
+        self, node: NodeClient, config: NodeLinkConfig, metrics: CollectorRegistry | None = None
+    ) -> None:
         self._node = node
+        self._metrics = metrics
         self._max_message = config.max_message_bytes
         self._max_upload = config.max_upload_bytes
         self._max_handles = config.max_handles
@@ -92,7 +106,13 @@ class NodeServer:
             WebSocketRoute(wire.OPEN_PORT.path, self._open_port),
             Route(wire.PREFIX + "/{call}", self._call, methods=["POST"]),
         ]
+        if self._metrics is not None:
+            routes.append(Route("/metrics", self._scrape, methods=["GET"]))
         return Starlette(routes=routes)
+
+    async def _scrape(self, _request: Request) -> Response:
+        assert self._metrics is not None
+        return Response(generate_latest(self._metrics), media_type=CONTENT_TYPE_LATEST)
 
     def _unary_calls(self) -> dict[str, tuple[wire.Call[Any], Handler]]:
         n = self._node
