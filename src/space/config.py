@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, PositiveInt, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from space.gateway.orgs import OrgPolicies
-from space.gateway.policy import PolicyError
+from space.egress.orgs import OrgPolicies
+from space.egress.policy import PolicyError
 
 NETNS_DIR = Path("/run/netns")
 
@@ -170,7 +170,7 @@ class EgressConfig(BaseSettings):
     ranges only: loopback, link-local, multicast and the node's own, control-plane
     and database addresses stay denied). `refresh_seconds`: how often the node
     re-reads its own addresses. `org_defaults` / `org_ceilings`: JSON maps of org
-    name (or `*`) to policy document, see `space.gateway.orgs`.
+    name (or `*`) to policy document, see `space.egress.orgs`.
     """
 
     model_config = SettingsConfigDict(env_prefix="SPACE_EGRESS_", extra="ignore")
