@@ -1,0 +1,43 @@
+"""Process configuration (`settings.py`; split by area in the next change)."""
+
+from space.config.settings import (
+    MIN_NODE_TOKEN,
+    ClusterConfig,
+    ControllerConfig,
+    DatabaseConfig,
+    EgressConfig,
+    GatewayConfig,
+    IngressConfig,
+    KeysConfig,
+    LimitsConfig,
+    NodeConfig,
+    NodeLinkConfig,
+    NodeTokenError,
+    OrgQuota,
+    QuotaConfig,
+    RecoveryConfig,
+    ServerConfig,
+    Settings,
+    TimeoutConfig,
+)
+
+__all__ = [
+    "MIN_NODE_TOKEN",
+    "ClusterConfig",
+    "ControllerConfig",
+    "DatabaseConfig",
+    "EgressConfig",
+    "GatewayConfig",
+    "IngressConfig",
+    "KeysConfig",
+    "LimitsConfig",
+    "NodeConfig",
+    "NodeLinkConfig",
+    "NodeTokenError",
+    "OrgQuota",
+    "QuotaConfig",
+    "RecoveryConfig",
+    "ServerConfig",
+    "Settings",
+    "TimeoutConfig",
+]
