@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from space.config import RecoveryConfig
+from space.config.node import RecoveryConfig
 from space.node.records import SandboxRecord
 from space.node.recovery import Recovery
 from space.node.sandbox import Sandbox
