@@ -23,8 +23,8 @@ from tests.redteam.fakenet import DNS_IP, FAKE_PUBLIC, WEB_IP, FakeInternet
 from tests.redteam.vethguest import VethGuest
 
 from bench.stats import emit, percentile, summary, value
+from space.egress.ceiling import Ceiling
 from space.gateway import Gateway
-from space.gateway.ceiling import Ceiling
 
 CLIENT = r"""
 import http.client, json, socket, ssl, sys, threading, time

@@ -25,7 +25,9 @@ from fastapi import FastAPI
 from sqlalchemy import create_engine, text
 
 from space.api.app import create_app
-from space.config import ControllerConfig, ServerConfig, Settings
+from space.config import Settings
+from space.config.control import ControllerConfig
+from space.config.server import ServerConfig
 from space.store.db import Database
 from space.store.keys import KeyRepo
 from tests.control.fakes import FakeNode

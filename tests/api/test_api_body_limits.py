@@ -14,7 +14,8 @@ import httpx
 import pytest
 from sqlalchemy import event
 
-from space.config import LimitsConfig, Settings
+from space.config import Settings
+from space.config.server import LimitsConfig
 from space.store.db import Database
 from tests.conftest import ServerThread
 from tests.control.fakes import FakeNode

@@ -8,7 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from space.config import LimitsConfig, Settings
+from space.config import Settings
+from space.config.server import LimitsConfig
 from space.store.db import Database
 from tests.control.fakes import FakeNode
 

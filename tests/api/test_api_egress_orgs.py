@@ -6,7 +6,8 @@ import httpx
 import pytest
 
 from space.cli.compose import _protected_hosts
-from space.config import EgressConfig, Settings
+from space.config import Settings
+from space.config.egress import EgressConfig
 from space.store.db import Database
 from space.store.sandboxes import SandboxRepo
 

@@ -11,7 +11,8 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from space.config import QuotaConfig, Settings
+from space.config import Settings
+from space.config.quotas import QuotaConfig
 from space.store.db import Database
 from space.store.keys import KeyRepo
 from space.store.models import utcnow

@@ -11,7 +11,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from space.config import OrgQuota, QuotaConfig, Settings
+from space.config import Settings
+from space.config.quotas import OrgQuota, QuotaConfig
 from tests.control.fakes import FakeNode
 
 

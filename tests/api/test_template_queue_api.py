@@ -13,7 +13,8 @@ import pytest
 from fastapi import FastAPI
 
 from space.api.app import create_app
-from space.config import QuotaConfig, Settings
+from space.config import Settings
+from space.config.quotas import QuotaConfig
 from space.store.templates import TemplateRepo
 from tests.api.test_api_events import Frame, frames
 from tests.api.test_templates_api import build, globex, runner  # noqa: F401 (fixture)

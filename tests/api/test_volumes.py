@@ -14,7 +14,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from space.config import LimitsConfig, QuotaConfig, Settings
+from space.config import Settings
+from space.config.quotas import QuotaConfig
+from space.config.server import LimitsConfig
 from space.control.errors import NodeUnavailable
 from space.seam.values import SandboxObservation, VolumeMount
 from space.services.errors import ServiceError

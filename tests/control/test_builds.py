@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from space.config import OrgQuota, QuotaConfig
+from space.config.quotas import OrgQuota, QuotaConfig
 from space.control import builds as builds_module
 from space.control.builds import (
     CANCELLED_QUEUED,

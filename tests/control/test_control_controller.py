@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from space.config import ControllerConfig, TimeoutConfig
+from space.config.control import ControllerConfig
+from space.config.server import TimeoutConfig
 from space.control.controller import Controller
 from space.seam.values import SandboxObservation, SandboxSpec
 from space.store.db import Database

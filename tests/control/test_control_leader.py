@@ -24,7 +24,8 @@ import pytest
 from sqlalchemy import text
 
 from space.api.bootstrap import open_database
-from space.config import ClusterConfig, Settings
+from space.config import Settings
+from space.config.control import ClusterConfig
 from space.control.leader import LEASE, Fence, Leadership, NotLeader
 from space.store.db import Database, make_engine, upgrade
 from space.store.keys import KeyRepo

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from space.config import ClusterConfig
+from space.config.control import ClusterConfig
 from space.control.leader import NotLeader
 from space.control.registry import (
     NodeIdentity,

@@ -17,7 +17,8 @@ import pytest
 from fastapi import FastAPI
 
 from space.api.app import create_app
-from space.config import ControllerConfig, Settings
+from space.config import Settings
+from space.config.control import ControllerConfig
 from space.control.controller import Controller
 from space.control.expiry import RECORDED_MAX, Activity, Expire, Expiry, ExpiryRow, due
 from space.store.db import Database

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from space.api.app import create_app
-from space.config import ControllerConfig, Settings
+from space.config import Settings
+from space.config.control import ControllerConfig
 from space.node.local import LocalNode
 from space.store.db import Database
 from space.store.models import Sandbox

@@ -44,7 +44,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from space.api.app import create_app
-from space.config import ControllerConfig, Settings
+from space.config import Settings
+from space.config.control import ControllerConfig
 from space.seam.values import SandboxObservation
 from tests.control.fakes import FakeNode
 from tests.crash.pgcluster import PgCluster

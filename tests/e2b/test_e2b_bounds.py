@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from space.config import LimitsConfig, Settings
+from space.config import Settings
+from space.config.server import LimitsConfig
 from tests.conftest import ServerThread
 from tests.control.fakes import FakeNode
 

@@ -15,7 +15,9 @@ from e2b import Sandbox
 from e2b.exceptions import AuthenticationException, SandboxException
 
 from space.api.e2b.tokens import AccessTokens, signature_of
-from space.config import KeysConfig, QuotaConfig, Settings
+from space.config import Settings
+from space.config.quotas import QuotaConfig
+from space.config.secrets import KeysConfig
 from space.store.db import Database
 from space.store.keys import KeyRepo
 from tests.conftest import ServerThread

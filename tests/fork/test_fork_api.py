@@ -10,7 +10,8 @@ import pytest
 from fastapi import FastAPI
 
 from space.api.app import create_app
-from space.config import QuotaConfig, Settings
+from space.config import Settings
+from space.config.quotas import QuotaConfig
 from space.control.plan import FORK_CUT, RowSnapshot, Verb, plan
 from space.store.db import Database
 from space.store.models import Sandbox

@@ -10,13 +10,13 @@ from contextlib import asynccontextmanager
 
 from dnslib import RCODE, DNSRecord
 
+from space.egress.policy import Policy
 from space.gateway.accept import Acceptor
 from space.gateway.audit import AuditLog
 from space.gateway.dnsserver import serve_udp
 from space.gateway.http1 import Http1Session
 from space.gateway.limits import GatewayLimits, Refusal
 from space.gateway.metrics import GatewayMetrics
-from space.gateway.policy import Policy
 from space.gateway.sandbox import SandboxGate
 from tests.waiting import until
 

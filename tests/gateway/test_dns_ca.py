@@ -9,9 +9,9 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from dnslib import RCODE, DNSRecord
 
+from space.egress.policy import Policy
 from space.gateway.ca import SandboxCA
 from space.gateway.dnsanswer import Question, refusal, reply
-from space.gateway.policy import Policy
 
 POLICY = Policy.parse({"mode": "allowlist", "allow": ["allowed.test", "*.cdn.test"]})
 

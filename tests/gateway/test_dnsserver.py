@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dnslib import RCODE, DNSRecord
 
+from space.egress.policy import Policy
 from space.gateway.audit import AuditLog
 from space.gateway.dnsserver import answer
-from space.gateway.policy import Policy
 from space.gateway.sandbox import SandboxGate
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from space.config import GatewayConfig
+from space.config.egress import GatewayConfig
 from space.gateway.limits import Admission, GatewayLimits, NodeQuotas, Quota, Refusal, TokenBucket
 
 

@@ -4,10 +4,10 @@ import ipaddress
 
 import pytest
 
-from space.gateway.ceiling import Ceiling
+from space.egress.ceiling import Ceiling
+from space.egress.names import BadName, ip_literal, normalise, split_authority
+from space.egress.policy import Policy
 from space.gateway.fence import address_allowed
-from space.gateway.names import BadName, ip_literal, normalise, split_authority
-from space.gateway.policy import Policy
 
 
 @pytest.mark.parametrize(

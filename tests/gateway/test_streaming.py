@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from space.egress.ceiling import Ceiling
 from space.gateway import Gateway
-from space.gateway.ceiling import Ceiling
 from tests.redteam.fakenet import DNS_IP, DRIP_EVERY, FAKE_PUBLIC, WEB_IP, FakeInternet
 from tests.redteam.vethguest import VethGuest
 

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from pydantic import ValidationError
 
-from space.config import GatewayConfig
+from space.config.egress import GatewayConfig
 
 
 def test_a_namespace_that_does_not_exist_is_refused_by_name() -> None:

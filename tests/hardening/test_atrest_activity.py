@@ -19,7 +19,8 @@ from fastapi import FastAPI
 from sqlalchemy import event
 
 from space.api.app import create_app
-from space.config import ControllerConfig, Settings
+from space.config import Settings
+from space.config.control import ControllerConfig
 from space.store.db import Database
 from space.store.keys import KeyRepo
 from space.store.models import Sandbox

@@ -19,7 +19,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fastapi import FastAPI
 
-from space.config import IngressConfig, Settings
+from space.config import Settings
+from space.config.server import IngressConfig
 from tests.control.fakes import FakeNode, PowerNode
 
 pytestmark = pytest.mark.ingress

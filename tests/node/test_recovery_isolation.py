@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from space.config import RecoveryConfig
+from space.config.node import RecoveryConfig
 from space.node.records import SandboxRecord
 from space.node.recovery import Recovery
 from space.node.sandbox import Sandbox

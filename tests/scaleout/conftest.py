@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import pytest
 import uvicorn
 
-from space.config import NodeLinkConfig
+from space.config.node import NodeLinkConfig
 from space.node.auth import BearerAuth, Gate
 from space.node.server import NodeServer
 from space.node.server_io import WS_MAX_FRAME

@@ -14,7 +14,8 @@ import pytest
 from fastapi import FastAPI
 
 from space.api.app import create_app
-from space.config import NodeLinkConfig, Settings
+from space.config import Settings
+from space.config.node import NodeLinkConfig
 from space.seam.protocol import NodeClient
 from space.store.keys import KeyRepo
 from tests.control.fakes import PowerNode

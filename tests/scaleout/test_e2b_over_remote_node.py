@@ -12,7 +12,8 @@ import pytest
 from fastapi import FastAPI
 
 from space.api.app import create_app
-from space.config import NodeLinkConfig, Settings
+from space.config import Settings
+from space.config.node import NodeLinkConfig
 from space.node.server import create_node_app
 from space.seam.remote import RemoteNode
 from tests.conftest import ServerThread

@@ -12,7 +12,8 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from space.config import NodeLinkConfig, NodeTokenError
+from space.config.node import NodeLinkConfig
+from space.config.secrets import NodeTokenError
 from space.node.metrics import NodeMetrics
 from space.node.server import create_node_app
 from space.seam import wire

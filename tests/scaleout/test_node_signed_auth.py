@@ -29,7 +29,10 @@ from cryptography.x509.oid import NameOID
 from pydantic import ValidationError
 
 from space.cli.cluster import _connector, _tokens
-from space.config import ClusterConfig, NodeLinkConfig, NodeTokenError, Settings
+from space.config import Settings
+from space.config.control import ClusterConfig
+from space.config.node import NodeLinkConfig
+from space.config.secrets import NodeTokenError
 from space.node.auth import SignedGate, gate_of
 from space.seam import signing, wire
 from space.seam.errors import NodeError

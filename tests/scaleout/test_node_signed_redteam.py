@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed448 import Ed448PrivateKey
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from space.config import NodeLinkConfig
+from space.config.node import NodeLinkConfig
 from space.node.auth import SignedGate
 from space.seam import signing, wire
 from tests.control.fakes import PowerNode

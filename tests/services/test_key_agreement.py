@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from space.config import CredentialsConfig, Settings
+from space.config import Settings
+from space.config.secrets import CredentialsConfig
 from space.credentials.crypto import KeyDisagreement
 from space.services.credentials import CredentialService
 from space.services.key_agreement import KEY_SETTING, PLACEHOLDER_SETTING

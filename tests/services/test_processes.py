@@ -19,7 +19,8 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import func, select
 
-from space.config import QuotaConfig, Settings
+from space.config import Settings
+from space.config.quotas import QuotaConfig
 from space.seam.values import ExecRequest, ProcessEvent
 from space.services.errors import CommandNotRunning
 from space.services.processes import FOLLOW_BYTES, ProcessConfig, ProcessRegistry

@@ -9,7 +9,9 @@ import pytest
 from fastapi import FastAPI
 
 from space.api.errors import status_of
-from space.config import EgressConfig, QuotaConfig, Settings
+from space.config import Settings
+from space.config.egress import EgressConfig
+from space.config.quotas import QuotaConfig
 from space.services.errors import ServiceError
 from space.services.sandboxes import SandboxRequest, SandboxService
 from space.store.db import Database

@@ -20,7 +20,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from space.config import IngressConfig
+from space.config.server import IngressConfig
 
 #: The metadata key (and value) that makes a sandbox's URLs require its token.
 PRIVATE_KEY, PRIVATE_VALUE = "space.traffic", "private"

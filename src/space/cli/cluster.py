@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from space.config import ClusterConfig, NodeTokenError, Settings
+from space.config import Settings
+from space.config.control import ClusterConfig
+from space.config.secrets import NodeTokenError
 from space.control.cluster import Cluster
 from space.seam import signing
 from space.seam.remote import RemoteNode

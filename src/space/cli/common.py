@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from space.config import ServerConfig, Settings
+from space.config import Settings
+from space.config.server import ServerConfig
 
 Handler = Callable[[argparse.Namespace], int]
 

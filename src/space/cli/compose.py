@@ -9,7 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from space.config import NodeLinkConfig, RecoveryConfig, Settings, TimeoutConfig
+from space.config import Settings
+from space.config.node import NodeLinkConfig, RecoveryConfig
+from space.config.server import TimeoutConfig
 from space.seam.protocol import NodeClient
 
 if TYPE_CHECKING:

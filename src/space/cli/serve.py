@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 from space.cli.common import add_command, json_flag, server_flags, settings_from
 from space.cli.compose import local_node_of, node_of
 from space.cli.output import err, out, table
-from space.config import NodeLinkConfig, NodeTokenError, Settings
+from space.config import Settings
+from space.config.node import NodeLinkConfig
+from space.config.secrets import NodeTokenError
 from space.credentials.crypto import KeyFileError
 from space.private import private_dir, tighten
 from space.rlimits import raise_nofile

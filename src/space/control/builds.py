@@ -34,7 +34,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from space.config import QuotaConfig, Settings
+from space.config import Settings
+from space.config.quotas import QuotaConfig
 from space.control import buildplan
 from space.seam import wire
 from space.seam.protocol import NodeClient

@@ -21,7 +21,8 @@ from functools import partial
 from typing import TypeVar
 
 from space import faults
-from space.config import ControllerConfig, TimeoutConfig
+from space.config.control import ControllerConfig
+from space.config.server import TimeoutConfig
 from space.control.builds import BuildLimits, Builds
 from space.control.drain import Drain
 from space.control.errors import NodeFailed

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from space.config import ClusterConfig
+from space.config.control import ClusterConfig
 from space.store.db import Database
 from space.store.leases import LeaseRepo
 from space.tasks import spawn

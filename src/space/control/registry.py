@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from space.config import ClusterConfig
+from space.config.control import ClusterConfig
 from space.control.tasks import run_periodically
 from space.seam.protocol import NodeClient
 from space.store.db import Database

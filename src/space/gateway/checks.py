@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from space.gateway.names import BadName, split_authority
-from space.gateway.policy import Request
+from space.egress.names import BadName, split_authority
+from space.egress.policy import Request
 
 Headers = list[tuple[bytes, bytes]]
 

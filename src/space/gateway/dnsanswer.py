@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from dnslib import QTYPE, RCODE, RR, A, DNSError, DNSRecord  # type: ignore[import-untyped]
 
-from space.gateway.policy import Decision, Policy, decide_name
+from space.egress.policy import Decision, Policy, decide_name
 
 ANSWER_TTL = 30
 

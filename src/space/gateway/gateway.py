@@ -34,15 +34,15 @@ from space.credentials.oauth import TokenCache
 from space.credentials.ratelimit import RateLimiter
 from space.credentials.scopes import CredentialView
 from space.credentials.wire import Reveal, WireCredentials
+from space.egress.ceiling import DEFAULT, Ceiling
+from space.egress.policy import Policy
 from space.gateway.accept import Acceptor, Handler
 from space.gateway.audit import AuditLog
-from space.gateway.ceiling import DEFAULT, Ceiling
 from space.gateway.dnsserver import TCP_TIMEOUT as DNS_TCP_TIMEOUT
 from space.gateway.dnsserver import serve_tcp, serve_udp
 from space.gateway.limits import GatewayLimits, NodeQuotas
 from space.gateway.metrics import GatewayMetrics
 from space.gateway.nsock import NetnsSockets
-from space.gateway.policy import Policy
 from space.gateway.proxy import serve_http, serve_https
 from space.gateway.resolver import Resolver
 from space.gateway.sandbox import SandboxGate

@@ -22,10 +22,10 @@ import h11
 from space.credentials.decoding import Undecodable, ask_identity
 from space.credentials.stream import BodyRefused, HeldBody, Reply
 from space.credentials.wire import Denied, Plan, WireRequest
+from space.egress.policy import Request, decide
 from space.gateway.audit import request_record
 from space.gateway.checks import Checked, Headers, Refused, check_request
 from space.gateway.exchange import READ_SIZE, UpstreamExchange, response_headers
-from space.gateway.policy import Request, decide
 from space.gateway.relay import relay
 from space.gateway.sandbox import SandboxGate
 from space.gateway.sink import IO_TIMEOUT, Sink

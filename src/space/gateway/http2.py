@@ -23,10 +23,10 @@ import h2.exceptions
 from space.credentials.decoding import Undecodable, ask_identity
 from space.credentials.stream import BodyRefused, HeldBody, Reply
 from space.credentials.wire import Denied, Plan, WireRequest
+from space.egress.policy import Request, decide
 from space.gateway.audit import request_record
 from space.gateway.checks import Checked, Headers, Refused, check_request
 from space.gateway.exchange import READ_SIZE, UpstreamExchange, response_headers
-from space.gateway.policy import Request, decide
 from space.gateway.sandbox import SandboxGate
 from space.gateway.sink import IO_TIMEOUT, Sink
 from space.gateway.upstream import UpstreamError, Upstreams

@@ -1,6 +1,6 @@
 """Per-sandbox and node-wide resource limits of the gateway, sans-io.
 
-`GatewayLimits` is the configuration (`SPACE_GATEWAY_*`, see `space.config`);
+`GatewayLimits` is the configuration (`SPACE_GATEWAY_*`, see `space.config.egress`);
 `Admission` is one sandbox's counters: concurrent guest connections, new connections
 per second, DNS questions per second and in flight, upstream connections, each
 checked before the gateway allocates anything for the connection or question it

@@ -15,10 +15,10 @@ import ssl
 from typing import Protocol
 
 from space.credentials.wire import Denied, Plan, WireCredentials, WireRequest
+from space.egress.policy import Policy, Request, decide
 from space.gateway.audit import AuditLog, AuditRecord
 from space.gateway.ca import SandboxCA, server_context
 from space.gateway.limits import Admission, GatewayLimits, NodeQuotas
-from space.gateway.policy import Policy, Request, decide
 from space.tasks import TaskSet
 
 

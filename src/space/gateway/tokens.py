@@ -15,8 +15,8 @@ from collections.abc import Callable
 import h11
 
 from space.credentials.oauth import MAX_TOKEN_RESPONSE, MintError, TokenRequest
+from space.egress.policy import Policy
 from space.gateway.exchange import READ_SIZE
-from space.gateway.policy import Policy
 from space.gateway.upstream import Upstreams
 
 MINT_TIMEOUT = 10.0

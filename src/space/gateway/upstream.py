@@ -19,12 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from space.egress.names import ip_literal
+from space.egress.policy import Policy
 from space.gateway.fence import address_allowed
 from space.gateway.limits import Admission
 from space.gateway.metrics import GatewayMetrics
-from space.gateway.names import ip_literal
 from space.gateway.nsock import NetnsSockets
-from space.gateway.policy import Policy
 from space.gateway.resolver import Resolver
 
 CONNECT_TIMEOUT = 10.0

@@ -19,7 +19,8 @@ from typing import Any, Protocol
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from space.config import MIN_NODE_TOKEN, NodeLinkConfig, NodeTokenError
+from space.config.node import NodeLinkConfig
+from space.config.secrets import MIN_NODE_TOKEN, NodeTokenError
 from space.seam import signing, wire
 
 log = logging.getLogger(__name__)

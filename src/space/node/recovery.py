@@ -18,7 +18,7 @@ import logging
 import shutil
 import time
 
-from space.config import RecoveryConfig
+from space.config.node import RecoveryConfig
 from space.node.agent import AgentError
 from space.node.fork import remove_fork_snapshots
 from space.node.host import NodeHost

@@ -40,7 +40,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket
 
-from space.config import NodeLinkConfig
+from space.config.node import NodeLinkConfig
 from space.node.auth import BearerAuth, Gate
 from space.node.server_io import (
     CountedBody,

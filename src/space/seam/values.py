@@ -36,7 +36,7 @@ class SandboxSpec:
     memory_mib: int = 256
     vcpus: int = 1
     env: dict[str, str] = field(default_factory=dict)
-    network: dict[str, Any] | None = None  # egress policy (space.gateway.policy); None: mode none
+    network: dict[str, Any] | None = None  # egress policy (space.egress.policy); None: mode none
     volumes: tuple[VolumeMount, ...] = ()
 
 

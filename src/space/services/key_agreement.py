@@ -18,7 +18,7 @@ import hashlib
 import hmac
 from pathlib import Path
 
-from space.config import CredentialsConfig
+from space.config.secrets import CredentialsConfig
 from space.credentials.crypto import FileKeyProvider, KeyDisagreement, secret_file
 from space.store.db import Database
 from space.store.fingerprints import FingerprintRepo

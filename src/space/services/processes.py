@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from space.config import QuotaConfig
+from space.config.quotas import QuotaConfig
 from space.control.expiry import Activity
 from space.seam.protocol import CommandHandle, NodeClient
 from space.seam.values import ExecRequest, ExecResult, ProcessEvent

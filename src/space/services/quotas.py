@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from space.config import QuotaConfig
+from space.config.quotas import QuotaConfig
 from space.seam.values import TemplateUsage
 from space.services.errors import QuotaExceeded
 from space.store import quotas

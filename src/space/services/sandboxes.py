@@ -60,7 +60,7 @@ from space.control.power import PowerOp
 from space.control.waiter import Lifecycle
 from space.credentials.model import CredentialUse, HeaderApply, RulesApply
 from space.credentials.scopes import SandboxRef, fenced_in
-from space.gateway.policy import PolicyError
+from space.egress.policy import PolicyError
 from space.seam.protocol import NodeClient
 from space.services.credential_push import CredentialPush
 from space.services.errors import Conflict, Failed, Forbidden, Invalid, out_of_bounds

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from space.config import QuotaConfig
+from space.config.quotas import QuotaConfig
 from space.control.errors import NodeUnavailable
 from space.seam.protocol import NodeClient
 from space.services import quotas

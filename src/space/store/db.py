@@ -33,7 +33,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from space.config import DatabaseConfig
+from space.config.control import DatabaseConfig
 from space.store.errors import DatabaseUnavailable, StoreError
 from space.tasks import spawn
 

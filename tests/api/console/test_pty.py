@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from space.api.routes.pty import SUBPROTOCOL
-from space.config import KeysConfig, Settings
+from space.config import Settings
+from space.config.secrets import KeysConfig
 from space.seam.errors import NodeError
 from space.seam.values import ProcessEvent
 from tests.api.console.wsclient import Rejected, WsClient

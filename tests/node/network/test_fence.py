@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from space.gateway.ceiling import DEFAULT, Ceiling
+from space.egress.ceiling import DEFAULT, Ceiling
 from space.gateway.nsock import run_in_netns
 from space.node.network import fence
 

@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from space.cli.compose import local_node_of
-from space.config import NodeConfig, Settings
+from space.config import Settings
+from space.config.node import NodeConfig
 from space.node.vmm.base import VmmUnavailable
 from space.node.vmm.factory import driver_maker
 from space.node.vmm.firecracker import FirecrackerDriver

@@ -7,7 +7,7 @@ to a running sandbox; `detach` closes the gateway's side; `audit` reads a sandbo
 newest decisions back from the gateway's bounded ring. Host resources die with
 the namespace, so the startup sweep needs nothing extra.
 
-The operator ceiling (`space.gateway.ceiling`) is rebuilt from the host while the
+The operator ceiling (`space.egress.ceiling`) is rebuilt from the host while the
 node serves sandboxes: on every attach and every `refresh_seconds`, from the
 operator's open ranges, every address the node holds and the protected hosts
 (control plane, database). A changed ceiling goes to the gateway (applied to every
@@ -25,9 +25,10 @@ from typing import Any
 
 from space.credentials.scopes import CredentialView
 from space.credentials.wire import Reveal
-from space.gateway import Gateway, Policy, UnknownSandbox
+from space.egress.ceiling import Ceiling, IPAddress, IPNetwork
+from space.egress.policy import Policy
+from space.gateway import Gateway, UnknownSandbox
 from space.gateway.audit import AuditRecord
-from space.gateway.ceiling import Ceiling, IPAddress, IPNetwork
 from space.gateway.limits import GatewayLimits
 from space.node.agent import calls
 from space.node.agent.calls import AgentCall

@@ -2,7 +2,7 @@
 
 The gateway marks every upstream TCP socket (`SO_MARK`); in the namespace those
 sockets live in (the node's own, or a test's fake internet), marked packets to any
-IPv4 address the operator ceiling denies (`space.gateway.ceiling`: the same value
+IPv4 address the operator ceiling denies (`space.egress.ceiling`: the same value
 the gateway decides with, operator-opened ranges already taken out, the node's own
 addresses included) and to any IPv6 target (upstream sockets are IPv4) are
 rejected. No tenant policy changes it. It backs up `space.gateway.fence`, which
@@ -15,7 +15,7 @@ import subprocess
 import zlib
 from pathlib import Path
 
-from space.gateway.ceiling import Ceiling
+from space.egress.ceiling import Ceiling
 from space.node.network.netns import NETNS_DIR, NetworkError
 
 

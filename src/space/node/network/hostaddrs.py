@@ -15,7 +15,7 @@ import socket
 import subprocess
 from collections.abc import Iterable
 
-from space.gateway.ceiling import IPAddress
+from space.egress.ceiling import IPAddress
 from space.node.network.netns import NetworkError
 
 log = logging.getLogger(__name__)

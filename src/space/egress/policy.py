@@ -4,7 +4,7 @@
 "deny": [...], "websocket": bool}`; entries are exact hosts (`pypi.org`), suffix
 patterns (`*.pythonhosted.org`, subdomains only), either with an optional `:port`,
 or explicit CIDRs (`203.0.113.0/24`), the only way to allow an IP-literal host.
-Every policy carries the operator ceiling it is applied under (`space.gateway.ceiling`;
+Every policy carries the operator ceiling it is applied under (`space.egress.ceiling`;
 the gateway binds its current one): no entry opens an address the ceiling denies.
 `decide` is pure: the proxy, the DNS resolver and live policy changes all call it
 and nothing else. A policy never changes (a new version is a new object), so each
@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from space.gateway.ceiling import DEFAULT, Ceiling, IPAddress, IPNetwork
-from space.gateway.names import BadName, ip_literal, normalise, policy_name
+from space.egress.ceiling import DEFAULT, Ceiling, IPAddress, IPNetwork
+from space.egress.names import BadName, ip_literal, normalise, policy_name
 
 Mode = Literal["none", "allowlist", "open"]
 MODES: tuple[Mode, ...] = ("none", "allowlist", "open")

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from space.gateway.ceiling import DEFAULT, PINNED, SPECIAL, Ceiling, collapse, subtract
+from space.egress.ceiling import DEFAULT, PINNED, SPECIAL, Ceiling, collapse, subtract
 
 # (range, may the operator open it) — written out from the IANA IPv4/IPv6
 # special-purpose address registries and RFC 5771/4291, independently of the module.

@@ -6,8 +6,8 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from space.gateway.ceiling import Ceiling
-from space.gateway.policy import (
+from space.egress.ceiling import Ceiling
+from space.egress.policy import (
     DECISION_CACHE,
     Policy,
     PolicyError,

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from space.gateway.policy import Policy, PolicyError, Rule
+from space.egress.policy import Policy, PolicyError, Rule
 
 Document = Mapping[str, Any]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from space.gateway.orgs import OrgPolicies, covers
-from space.gateway.policy import PolicyError, Rule
+from space.egress.orgs import OrgPolicies, covers
+from space.egress.policy import PolicyError, Rule
 
 CEILING = {"mode": "allowlist", "allow": ["*.github.com", "pypi.org:443", "192.0.3.0/24"]}
 ORGS = OrgPolicies(
