@@ -41,6 +41,7 @@ from space.seam.values import SandboxObservation
 from space.services.audit_copy import AuditCopy
 from space.services.credential_push import CredentialPush
 from space.services.credentials import CredentialService
+from space.services.keys import KeyService
 from space.services.processes import ProcessRegistry
 from space.services.sandboxes import SandboxService
 from space.services.snapshots import SnapshotService
@@ -115,6 +116,7 @@ def create_app(
         registry=registry,
         templates=templates,
         snapshots=snapshots,
+        keys=KeyService(db=db),
         activity=activity,
     )
     app.state.metrics = metrics

@@ -1,5 +1,6 @@
 """What one API process holds: settings, database, node, controller, and the
-services the fronts share (sandboxes, templates, snapshots, the process registry)."""
+services the fronts share (sandboxes, templates, snapshots, keys, the process
+registry)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from space.control.errors import NodeUnavailable
 from space.control.expiry import Activity
 from space.control.waiter import Lifecycle
 from space.seam.protocol import NodeClient
+from space.services.keys import KeyService
 from space.services.processes import ProcessRegistry
 from space.services.sandboxes import SandboxService
 from space.services.snapshots import SnapshotService
@@ -27,6 +29,7 @@ class AppState:
     registry: ProcessRegistry | None
     templates: TemplateService
     snapshots: SnapshotService
+    keys: KeyService
     activity: Activity = field(default_factory=Activity)
 
     @property
