@@ -39,6 +39,7 @@ from space.recipes.worker import RecipeChecker
 from space.seam.protocol import NodeClient
 from space.seam.values import SandboxObservation
 from space.services.audit_copy import AuditCopy
+from space.services.credential_admin import CredentialAdmin
 from space.services.credential_push import CredentialPush
 from space.services.credentials import CredentialService
 from space.services.keys import KeyService
@@ -117,6 +118,9 @@ def create_app(
         templates=templates,
         snapshots=snapshots,
         keys=KeyService(db=db),
+        credentials=CredentialAdmin(
+            broker=credential_service, db=db, config=settings.credentials, push=pushes
+        ),
         activity=activity,
     )
     app.state.metrics = metrics

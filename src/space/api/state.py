@@ -1,6 +1,6 @@
 """What one API process holds: settings, database, node, controller, and the
-services the fronts share (sandboxes, templates, snapshots, keys, the process
-registry)."""
+services the fronts share (sandboxes, templates, snapshots, keys, credentials, the
+process registry)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from space.control.errors import NodeUnavailable
 from space.control.expiry import Activity
 from space.control.waiter import Lifecycle
 from space.seam.protocol import NodeClient
+from space.services.credential_admin import CredentialAdmin
 from space.services.keys import KeyService
 from space.services.processes import ProcessRegistry
 from space.services.sandboxes import SandboxService
@@ -30,6 +31,7 @@ class AppState:
     templates: TemplateService
     snapshots: SnapshotService
     keys: KeyService
+    credentials: CredentialAdmin
     activity: Activity = field(default_factory=Activity)
 
     @property

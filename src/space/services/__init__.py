@@ -11,6 +11,7 @@ HTTP: it raises `services.errors` and imports neither fastapi, starlette nor
     snapshots        SnapshotService: a running sandbox's disk as a template version
     volumes          VolumeService and the mounts a create asks for
     credentials      CredentialService: the broker's control plane
+    credential_admin CredentialAdmin: /v1's credentials (create, rotate, bind, audit, ...)
     keys             KeyService: API keys minted, listed, revoked within the caller's reach
     credential_push  credential views to the node's gateway
     audit_copy       each gateway's audit chain into the database's
