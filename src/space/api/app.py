@@ -45,6 +45,7 @@ from space.services.credentials import CredentialService
 from space.services.keys import KeyService
 from space.services.processes import ProcessRegistry
 from space.services.sandboxes import SandboxService
+from space.services.secrets import SecretService
 from space.services.snapshots import SnapshotService
 from space.services.templates import TemplateService
 from space.store.commands import CommandRepo
@@ -121,11 +122,12 @@ def create_app(
         credentials=CredentialAdmin(
             broker=credential_service, db=db, config=settings.credentials, push=pushes
         ),
+        secrets=SecretService(
+            broker=credential_service, db=db, config=settings.credentials, push=pushes
+        ),
         activity=activity,
     )
     app.state.metrics = metrics
-    app.state.credentials = credential_service
-    app.state.credential_push = pushes
     if node is not None:  # started by `space up` next to the HTTP server
         app.state.ingress = Ingress(
             settings=settings, db=db, node=node, lifecycle=lifecycle, activity=activity

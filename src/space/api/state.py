@@ -1,6 +1,6 @@
 """What one API process holds: settings, database, node, controller, and the
-services the fronts share (sandboxes, templates, snapshots, keys, credentials, the
-process registry)."""
+services the fronts share (sandboxes, templates, snapshots, keys, credentials, E2B's
+secrets, the process registry)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from space.services.credential_admin import CredentialAdmin
 from space.services.keys import KeyService
 from space.services.processes import ProcessRegistry
 from space.services.sandboxes import SandboxService
+from space.services.secrets import SecretService
 from space.services.snapshots import SnapshotService
 from space.services.templates import TemplateService
 from space.store.db import Database
@@ -32,6 +33,7 @@ class AppState:
     snapshots: SnapshotService
     keys: KeyService
     credentials: CredentialAdmin
+    secrets: SecretService
     activity: Activity = field(default_factory=Activity)
 
     @property
