@@ -39,10 +39,13 @@ from space.recipes.worker import RecipeChecker
 from space.seam.protocol import NodeClient
 from space.seam.values import SandboxObservation
 from space.services.audit_copy import AuditCopy
+from space.services.credential_admin import CredentialAdmin
 from space.services.credential_push import CredentialPush
 from space.services.credentials import CredentialService
+from space.services.keys import KeyService
 from space.services.processes import ProcessRegistry
 from space.services.sandboxes import SandboxService
+from space.services.secrets import SecretService
 from space.services.snapshots import SnapshotService
 from space.services.templates import TemplateService
 from space.store.commands import CommandRepo
@@ -116,11 +119,16 @@ def create_app(
         registry=registry,
         templates=templates,
         snapshots=snapshots,
+        keys=KeyService(db=db),
+        credentials=CredentialAdmin(
+            broker=credential_service, db=db, config=settings.credentials, push=pushes
+        ),
+        secrets=SecretService(
+            broker=credential_service, db=db, config=settings.credentials, push=pushes
+        ),
         activity=activity,
     )
     app.state.metrics = metrics
-    app.state.credentials = credential_service
-    app.state.credential_push = pushes
     if node is not None:  # started by `space up` next to the HTTP server
         app.state.ingress = Ingress(
             settings=settings, db=db, node=node, lifecycle=lifecycle, activity=activity

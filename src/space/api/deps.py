@@ -19,8 +19,6 @@ from space.api.errors import ApiError
 from space.api.state import AppState
 from space.control.wake import wake
 from space.services.access import require
-from space.services.credential_push import CredentialPush
-from space.services.credentials import CredentialService
 from space.services.volumes import VolumeService
 from space.store import roles
 from space.store.db import Database
@@ -45,18 +43,6 @@ def _volumes(state: StateDep) -> VolumeService:
 
 
 VolumesDep = Annotated[VolumeService, Depends(_volumes)]
-
-
-def credential_service(request: Request) -> CredentialService:
-    """The app's credential service (`/v1/credentials` and E2B's `/secrets`)."""
-    service: CredentialService = request.app.state.credentials
-    return service
-
-
-def credential_push(request: Request) -> CredentialPush:
-    """What hands changed views to the running sandboxes' gateways."""
-    push: CredentialPush = request.app.state.credential_push
-    return push
 
 
 def _session(state: StateDep) -> Iterator[Session]:

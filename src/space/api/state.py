@@ -1,5 +1,6 @@
 """What one API process holds: settings, database, node, controller, and the
-services the fronts share (sandboxes, templates, snapshots, the process registry)."""
+services the fronts share (sandboxes, templates, snapshots, keys, credentials, E2B's
+secrets, the process registry)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from space.control.errors import NodeUnavailable
 from space.control.expiry import Activity
 from space.control.waiter import Lifecycle
 from space.seam.protocol import NodeClient
+from space.services.credential_admin import CredentialAdmin
+from space.services.keys import KeyService
 from space.services.processes import ProcessRegistry
 from space.services.sandboxes import SandboxService
+from space.services.secrets import SecretService
 from space.services.snapshots import SnapshotService
 from space.services.templates import TemplateService
 from space.store.db import Database
@@ -27,6 +31,9 @@ class AppState:
     registry: ProcessRegistry | None
     templates: TemplateService
     snapshots: SnapshotService
+    keys: KeyService
+    credentials: CredentialAdmin
+    secrets: SecretService
     activity: Activity = field(default_factory=Activity)
 
     @property

@@ -11,6 +11,9 @@ HTTP: it raises `services.errors` and imports neither fastapi, starlette nor
     snapshots        SnapshotService: a running sandbox's disk as a template version
     volumes          VolumeService and the mounts a create asks for
     credentials      CredentialService: the broker's control plane
+    credential_admin CredentialAdmin: /v1's credentials (create, rotate, bind, audit, ...)
+    secrets          SecretService: E2B's secrets, `rules` credentials of the key's org
+    keys             KeyService: API keys minted, listed, revoked within the caller's reach
     credential_push  credential views to the node's gateway
     audit_copy       each gateway's audit chain into the database's
     quotas           the org's admission checks

@@ -2,8 +2,8 @@
 placeholder secret and the audit file (each opened on first use, so a deployment
 that never stores a credential creates none of them), `commit`, which runs a
 change and its audit record in one transaction and then appends the record to the
-JSON-lines file, and `guest_env`, the placeholder variables every process of a
-sandbox starts with.
+JSON-lines file, `audit_event`, the record of a key's change, and `guest_env`, the
+placeholder variables every process of a sandbox starts with.
 
 The file is a copy written after the commit: if it cannot be written the change
 stands, the failure is logged, and `space audit verify` reports the gap.
@@ -22,12 +22,13 @@ from space.config import Settings
 from space.credentials.audit import AuditEvent, AuditFile, AuditFileError
 from space.credentials.crypto import FileKeyProvider, KeyProvider, secret_file
 from space.credentials.guest_env import placeholder_env
-from space.credentials.model import CredentialUse
+from space.credentials.model import Credential, CredentialUse
 from space.credentials.scopes import SandboxRef
 from space.services import key_agreement
 from space.store.credential_audit import AuditRepo
 from space.store.credentials import CredentialRepo
 from space.store.db import Database
+from space.store.keys import Principal
 from space.store.models import Project, Sandbox, utcnow
 
 log = logging.getLogger(__name__)
@@ -104,3 +105,13 @@ class CredentialService:
             path = self.audit_file.path
             log.error("audit record %d not written to %s: %s", record.seq, path, exc)
         return result
+
+
+def audit_event(principal: Principal, credential: Credential, decision: str) -> AuditEvent:
+    """The audit record of `principal`'s change to `credential` (`decision`: what it did)."""
+    return AuditEvent(
+        org_id=credential.org_id,
+        who=principal.key_id,
+        decision=decision,
+        credential_id=credential.id,
+    )

@@ -15,31 +15,25 @@ update; absent on update: kept, `[]`: none) fences a secret to host patterns: a
 create's `network.rules` for it elsewhere is a 403, and a use made before a
 narrower fence stops applying. A SPACE credential of another kind
 is not an E2B secret here (404). Names are lower-cased, at most 128 printable ASCII
-characters without `{` or `}`; `sec_` and `cred_` (ids) are reserved prefixes.
+characters without `{` or `}`; `sec_` and `cred_` (ids) are reserved prefixes. The
+work is `services.secrets`'; this module parses and shapes.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
-from sqlalchemy.orm import Session
 
-from space.api.deps import StateDep, credential_push, credential_service
+from space.api.deps import StateDep
 from space.api.e2b.errors import E2bError, E2bRoute
 from space.api.e2b.rest import PrincipalDep
 from space.api.schemas import CredentialValue
-from space.credentials.audit import AuditEvent
-from space.credentials.model import Credential, HostPattern, Policy, RulesApply
-from space.services.access import require
-from space.store.credentials import CredentialExists, CredentialRepo
-from space.store.errors import NotFound
-from space.store.keys import Principal
+from space.credentials.model import Credential, HostPattern, RulesApply
 
 router = APIRouter(route_class=E2bRoute, include_in_schema=False)
 
@@ -123,83 +117,14 @@ def _iso(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
-async def _pushed(request: Request, principal: Principal) -> None:
-    """After a change: the org's running sandboxes get their new views."""
-    await credential_push(request).org_changed(principal.org_name)
-
-
-def find(repo: CredentialRepo, org_id: str, secret: str) -> Credential:
-    """The org's E2B secret by id or (lower-cased) name, else a 404."""
-    lookups: list[Callable[[], Credential]] = [
-        lambda: repo.get(secret, org_id),
-        lambda: repo.by_name(org_id, secret.lower()),
-    ]
-    for lookup in lookups:
-        try:
-            found = lookup()
-        except NotFound:
-            continue
-        if isinstance(found.application, RulesApply):
-            return found
-    raise E2bError(404, f"secret {secret!r} not found")
-
-
-def _event(principal: Principal, credential: Credential, decision: str) -> AuditEvent:
-    return AuditEvent(
-        org_id=credential.org_id,
-        who=principal.key_id,
-        decision=decision,
-        credential_id=credential.id,
-    )
-
-
-def _commit(
-    request: Request,
-    principal: Principal,
-    decision: str,
-    change: Callable[[CredentialRepo], Credential],
-) -> dict[str, Any]:
-    """`change` and its audit record in one transaction; the secret as E2B shows it."""
-
-    def run(session: Session) -> tuple[dict[str, Any], AuditEvent]:
-        credential = change(CredentialRepo(session))
-        return secret_json(credential), _event(principal, credential, decision)
-
-    return credential_service(request).commit(run)
-
-
 @router.post("/secrets", status_code=201)
 async def create_secret(
-    body: NewSecretIn, principal: PrincipalDep, state: StateDep, request: Request
+    body: NewSecretIn, principal: PrincipalDep, state: StateDep
 ) -> JSONResponse:
-    require(principal, "credentials.write")
-    service = credential_service(request)
-
-    def create(repo: CredentialRepo) -> Credential:
-        limit = state.settings.credentials.max_per_org
-        if repo.count(principal.org_id) >= limit:
-            raise E2bError(429, f"secrets: at most {limit} credentials per org")
-        try:
-            return repo.create(
-                org_id=principal.org_id,
-                name=body.name,
-                scope="org",
-                target=None,
-                application=RulesApply(hosts=body.hosts),
-                binding=None,
-                policy=Policy(),
-                expires_at=None,
-                value=body.value,
-                created_by=principal.key_id,
-                keys=service.keys,
-                metadata=body.metadata,
-            )
-        except CredentialExists as exc:
-            raise E2bError(409, f"name: {exc}") from exc
-
-    created = _commit(request, principal, "created", create)
-    await _pushed(request, principal)
-    return JSONResponse(created, status_code=201)
+    created = await state.secrets.create(
+        principal, name=body.name, value=body.value, metadata=body.metadata, hosts=body.hosts
+    )
+    return JSONResponse(secret_json(created), status_code=201)
 
 
 @router.get("/secrets")
@@ -210,10 +135,7 @@ async def list_secrets(
     next_token: Annotated[str | None, Query(alias="nextToken", max_length=64)] = None,
 ) -> JSONResponse:
     """Oldest first; `nextToken` is the id of the last secret of the previous page."""
-    require(principal, "credentials.read")
-    with state.db.session() as session:
-        listed = CredentialRepo(session).list_credentials(principal.org_id)
-    secrets = [c for c in listed if isinstance(c.application, RulesApply)]
+    secrets = state.secrets.list(principal)
     start = 0
     if next_token:
         ids = [c.id for c in secrets]
@@ -227,48 +149,21 @@ async def list_secrets(
 
 @router.get("/secrets/{secret}")
 async def get_secret(secret: str, principal: PrincipalDep, state: StateDep) -> JSONResponse:
-    require(principal, "credentials.read")
-    with state.db.session() as session:
-        return JSONResponse(secret_json(find(CredentialRepo(session), principal.org_id, secret)))
+    return JSONResponse(secret_json(state.secrets.get(principal, secret)))
 
 
 @router.post("/secrets/{secret}")
 async def update_secret(
-    secret: str, body: SecretUpdateIn, principal: PrincipalDep, request: Request
+    secret: str, body: SecretUpdateIn, principal: PrincipalDep, state: StateDep
 ) -> JSONResponse:
     """A new current version; the previous one is unusable at once (no grace)."""
-    require(principal, "credentials.write")
-    service = credential_service(request)
-
-    def rotate(repo: CredentialRepo) -> Credential:
-        found = find(repo, principal.org_id, secret)
-        if found.revoked_at is not None:
-            raise E2bError(409, f"secret {secret!r} was revoked (through /v1/credentials)")
-        if body.hosts is not None:
-            repo.fence(found.id, principal.org_id, body.hosts)
-        return repo.rotate(
-            found.id,
-            principal.org_id,
-            value=body.value,
-            grace=timedelta(0),
-            keys=service.keys,
-            metadata=body.metadata,
-        )
-
-    updated = _commit(request, principal, "rotated", rotate)
-    await _pushed(request, principal)
-    return JSONResponse(updated)
+    updated = await state.secrets.update(
+        principal, secret, value=body.value, metadata=body.metadata, hosts=body.hosts
+    )
+    return JSONResponse(secret_json(updated))
 
 
 @router.delete("/secrets/{secret}", status_code=204)
-async def delete_secret(secret: str, principal: PrincipalDep, request: Request) -> Response:
-    require(principal, "credentials.write")
-
-    def delete(repo: CredentialRepo) -> Credential:
-        found = find(repo, principal.org_id, secret)
-        repo.delete(found.id, principal.org_id)
-        return found
-
-    _commit(request, principal, "deleted", delete)
-    await _pushed(request, principal)
+async def delete_secret(secret: str, principal: PrincipalDep, state: StateDep) -> Response:
+    await state.secrets.delete(principal, secret)
     return Response(status_code=204)

@@ -7,22 +7,20 @@ of its own org, a project key those of its project only; the operator's admin ke
 key's role is the creator's unless `role` names another it may grant (no wider than
 its own; a custom one from `developer` up), and a key revokes only keys it could
 have made. A `sandbox`-tier key has none of these routes (403). A revoked or
-expired key stops working at once on every path (see docs/ARCHITECTURE.md).
+expired key stops working at once on every path (see docs/ARCHITECTURE.md). The
+work is `services.keys`'; this module parses and shapes.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.orm import Session
 
-from space.api.deps import PrincipalDep, SessionDep, StateDep, allowed
-from space.api.errors import ApiError
+from space.api.deps import PrincipalDep, StateDep, allowed
 from space.store import roles
-from space.store.keys import KeyInfo, KeyRepo, Principal
-from space.store.models import utcnow
+from space.store.keys import KeyInfo
 
 router = APIRouter(prefix="/v1/keys", tags=["keys"], dependencies=[allowed("keys")])
 
@@ -76,37 +74,9 @@ def to_out(info: KeyInfo) -> KeyOut:
     )
 
 
-def _scope(principal: Principal) -> tuple[str | None, str | None]:
-    """The org and project whose keys the caller manages; None for the operator (all)."""
-    if principal.is_admin:
-        return None, None
-    return principal.org_id, principal.project_id
-
-
-def _forbidden(message: str, field: str) -> ApiError:
-    return ApiError(403, "forbidden", message, field)
-
-
-def _project(session: Session, principal: Principal, asked: str | None) -> str | None:
-    """The new key's project: a project key's own (naming another is a 403)."""
-    if principal.project_id is None or principal.is_admin:
-        return asked
-    own = KeyRepo(session).project_name(principal.project_id)
-    if asked not in (None, own):
-        raise _forbidden(f"a key of project {own!r} creates keys of its project only", "project")
-    return own
-
-
-def _may_grant(principal: Principal, role: str) -> None:
-    problem = None if principal.is_admin else roles.grants(principal.role, role)
-    if problem is not None:
-        raise _forbidden(problem, "role")
-
-
 @router.get("")
-async def list_keys(principal: PrincipalDep, session: SessionDep) -> KeyList:
-    keys = KeyRepo(session).list_keys(*_scope(principal))
-    return KeyList(keys=[to_out(info) for info in keys])
+async def list_keys(principal: PrincipalDep, state: StateDep) -> KeyList:
+    return KeyList(keys=[to_out(info) for info in state.keys.list(principal)])
 
 
 @router.post("", status_code=201)
@@ -114,30 +84,19 @@ async def create_key(body: CreateKey, principal: PrincipalDep, state: StateDep) 
     """A new (non-admin) key for the caller's org (its project, for a project key), or
     any org for the operator. (Mutations commit before the answer: the key works, or is
     revoked, once it is sent.)"""
-    org = body.org or principal.org_name
-    if org != principal.org_name and not principal.is_admin:
-        raise _forbidden("an org's key can only create keys of its org", "org")
-    role = body.role or principal.role
-    _may_grant(principal, role)
-    expires = utcnow() + timedelta(seconds=body.expires_in) if body.expires_in else None
-    with state.db.session() as session:
-        repo = KeyRepo(session)
-        project = _project(session, principal, body.project)
-        issued = repo.issue(org, project, expires_at=expires, role=role)
-        info = to_out(repo.get(issued.key_id))
-    return KeyCreated(**info.model_dump(), key=issued.key)
+    minted = state.keys.mint(
+        principal, org=body.org, project=body.project, role=body.role, expires_in=body.expires_in
+    )
+    return KeyCreated(**to_out(minted.info).model_dump(), key=minted.key)
 
 
 @router.get("/{key_id}")
-async def get_key(key_id: str, principal: PrincipalDep, session: SessionDep) -> KeyOut:
-    return to_out(KeyRepo(session).get(key_id, *_scope(principal)))
+async def get_key(key_id: str, principal: PrincipalDep, state: StateDep) -> KeyOut:
+    return to_out(state.keys.get(principal, key_id))
 
 
 @router.delete("/{key_id}", status_code=204)
 async def revoke_key(key_id: str, principal: PrincipalDep, state: StateDep) -> Response:
     """Revoke at once: API, streams, E2B, envd tokens and signed URLs of the key stop."""
-    with state.db.session() as session:
-        repo = KeyRepo(session)
-        _may_grant(principal, repo.get(key_id, *_scope(principal)).role)
-        repo.revoke(key_id)
+    state.keys.revoke(principal, key_id)
     return Response(status_code=204)
