@@ -28,7 +28,7 @@ from space.api.app import create_app
 from space.config import Settings
 from space.config.control import ControllerConfig
 from space.config.server import ServerConfig
-from space.store.db import Database
+from space.store.db import Database, make_engine, upgrade
 from space.store.keys import KeyRepo
 from tests.control.fakes import FakeNode
 from tests.pg import PgDatabase
@@ -88,6 +88,16 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     url: str = request.getfixturevalue("pg_url")
     _reset_pg(url)
     return url
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Database]:
+    """A database migrated to head, on SQLite and (with it) PostgreSQL; disposed after."""
+    engine = make_engine(db_url)
+    upgrade(engine)
+    db = Database(engine)
+    yield db
+    db.dispose()
 
 
 @pytest.fixture

@@ -4,15 +4,13 @@ sent while a node restarts is not a lost snapshot."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from space.control.errors import NodeFailed
 from space.control.power import apply_power
 from space.seam.errors import NodeUnreachable
 from space.seam.values import SandboxObservation
-from space.store.db import Database, make_engine, upgrade
+from space.store.db import Database
 from space.store.keys import KeyRepo
 from space.store.models import Sandbox
 from space.store.sandboxes import NewSandbox, SandboxRepo
@@ -33,15 +31,6 @@ class SilentNode:
         return [SandboxObservation(self.sandbox_id, "unreachable", "base", why)]
 
 
-@pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    engine = make_engine(db_url)
-    upgrade(engine)
-    database = Database(engine)
-    yield database
-    database.dispose()
-
-
 def suspended(db: Database) -> Sandbox:
     with db.session() as session:
         org = KeyRepo(session).ensure_org("acme")
@@ -53,8 +42,9 @@ def suspended(db: Database) -> Sandbox:
 
 
 async def test_a_restore_on_a_silent_node_leaves_the_sandbox_for_the_reconciler(
-    db: Database,
+    store: Database,
 ) -> None:
+    db = store
     row = suspended(db)
     with pytest.raises(NodeFailed, match="restore failed: NodeUnreachable"):
         await apply_power(db, SilentNode(row.id), row, "restore", timeout=5)  # type: ignore[arg-type]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,16 +15,12 @@ from space.config.secrets import CredentialsConfig
 from space.credentials.crypto import KeyDisagreement
 from space.services.credentials import CredentialService
 from space.services.key_agreement import KEY_SETTING, PLACEHOLDER_SETTING
-from space.store.db import Database, make_engine, upgrade
+from space.store.db import Database
 
 
 @pytest.fixture
-def database(db_url: str) -> Iterator[Database]:
-    engine = make_engine(db_url)
-    upgrade(engine)
-    database = Database(engine)
-    yield database
-    database.dispose()
+def database(store: Database) -> Database:
+    return store
 
 
 def process(database: Database, data_dir: Path, **files: Path) -> CredentialService:
