@@ -13,6 +13,8 @@ from space.node.states import TRANSITIONS, NodeStateError
 from space.seam.values import ObservedState
 
 STATES: tuple[ObservedState, ...] = get_args(ObservedState)
+#: The cluster's words for a node's silence or loss: no sandbox on a node is in them.
+CLUSTERS: tuple[ObservedState, ...] = ("unreachable", "lost")
 
 
 def sandbox() -> Sandbox:
@@ -24,13 +26,13 @@ def test_the_table_names_every_state_and_only_states() -> None:
     assert all(targets <= set(STATES) for targets in TRANSITIONS.values())
 
 
-@pytest.mark.parametrize("state", [s for s in STATES if s != "unreachable"])
+@pytest.mark.parametrize("state", [s for s in STATES if s not in CLUSTERS])
 def test_a_vm_can_die_and_a_delete_can_fail_in_any_state(state: ObservedState) -> None:
     assert {"error", "stopped"} <= TRANSITIONS[state] | {state}
 
 
-def test_nothing_goes_back_to_creating_or_becomes_unreachable_on_the_node() -> None:
-    assert not any({"creating", "unreachable"} & targets for targets in TRANSITIONS.values())
+def test_nothing_goes_back_to_creating_or_becomes_unreachable_or_lost_on_the_node() -> None:
+    assert not any({"creating", *CLUSTERS} & targets for targets in TRANSITIONS.values())
 
 
 def test_a_sandbox_moves_along_the_table_keeping_or_setting_its_reason() -> None:
