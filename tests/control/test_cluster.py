@@ -291,7 +291,10 @@ async def test_a_draining_nodes_sandboxes_move_off_it(
     with database(nodes).session() as session:
         NodeRepo(session).set_state("node-b", NodeState.DRAINING)
     await cluster.refresh(force=True)
-    drain = Drain(database(nodes), cluster, controller_of(nodes).power, lambda: None)
+    clock = [1000.0]
+    drain = Drain(
+        database(nodes), cluster, controller_of(nodes).power, lambda: None, clock=lambda: clock[0]
+    )
     real_suspend = nodes.nodes["node-b"].suspend_sandbox
     suspends: list[str] = []
 
@@ -316,6 +319,20 @@ async def test_a_draining_nodes_sandboxes_move_off_it(
     assert ran.json()["stdout"] == "moved\n"
     await drain.once()  # the one that failed waits before it is tried again
     assert suspends == [on_b[1], on_b[2]]
+    clock[0] += 5  # then it is, promptly: its publish fails again, so it waits twice as long
+    await drain.once()
+    assert suspends == [on_b[1], on_b[2], on_b[2]]
+    clock[0] += 9
+    await drain.once()
+    assert suspends == [on_b[1], on_b[2], on_b[2]]
+    nodes.nodes["node-b"].suspend_sandbox = real_suspend  # type: ignore[method-assign]
+    clock[0] += 1  # 10 s after the second failure: this time it moves
+    await drain.once()
+    await reconcile(nodes)
+    assert suspends == [on_b[1], on_b[2], on_b[2]]  # the real suspend is not counted
+    with database(nodes).session() as session:
+        assert PlacementRepo(session).node_of(on_b[2]) != "node-b"
+    assert (await sandbox_states(http, [on_b[2]])) == {on_b[2]: "running"}
 
 
 async def sandbox_states(http: httpx.AsyncClient, ids: list[str]) -> dict[str, str]:

@@ -7,10 +7,12 @@ moves up to `batch` of its sandboxes. A running or paused sandbox is suspended
 cluster: another node takes it in) and, if it was running, restored there; a
 suspended one is only moved. A paused one arrives suspended.
 
-A move that fails (no other node can take it, no shared store) leaves the sandbox on
-the draining node, running again if it was, and that sandbox is not tried again for
-`retry_after` seconds. A crash mid-move leaves it suspended, on the node its row
-names; a restore brings it back, there or wherever it moved.
+A move that fails (no other node can take it, no shared store, a move that raced an
+exec) leaves the sandbox on the draining node, running again if it was, and that
+sandbox is tried again after `retry_first` seconds, twice as long after each further
+failure, at most `retry_after`; the reason is logged each time. A crash mid-move
+leaves it suspended, on the node its row names; a restore brings it back, there or
+wherever it moved.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from space.control.power import PowerOp
 from space.seam.protocol import NodeClient
@@ -35,6 +38,12 @@ MOVABLE = frozenset({S.RUNNING.value, S.PAUSED.value, S.SUSPENDED.value})
 Power = Callable[[Sandbox, PowerOp], Awaitable[Sandbox]]
 
 
+@dataclass(frozen=True)
+class _Failed:
+    at: float  # when its move last failed (the drain's clock)
+    times: int  # how many moves of it failed in a row
+
+
 class Drain:
     def __init__(
         self,
@@ -44,28 +53,47 @@ class Drain:
         fence: Callable[[], None],
         *,
         batch: int = 2,
+        retry_first: float = 5.0,
         retry_after: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._db = db
         self._node = node
         self._power = power
         self._fence = fence
         self._batch = batch
+        self._retry_first = retry_first
         self._retry_after = retry_after
-        self._failed: dict[str, float] = {}  # sandbox id -> when its move failed
+        self._clock = clock
+        self._failed: dict[str, _Failed] = {}  # by sandbox id
 
     async def once(self) -> None:
         """Move up to `batch` sandboxes off draining nodes, one after the other."""
-        now = time.monotonic()
-        self._failed = {k: t for k, t in self._failed.items() if now - t < self._retry_after}
         waiting = await asyncio.to_thread(self._on_draining_nodes)
-        for sandbox_id in [s for s in waiting if s not in self._failed][: self._batch]:
+        self._failed = {k: f for k, f in self._failed.items() if k in waiting}
+        for sandbox_id in [s for s in waiting if self._due(s)][: self._batch]:
             self._fence()
             try:
                 await self._move(sandbox_id)
             except Exception as exc:  # one sandbox that cannot move never stops the rest
-                log.warning("drain: sandbox %s stays: %s", sandbox_id, exc)
-                self._failed[sandbox_id] = time.monotonic()
+                times = self._failed[sandbox_id].times + 1 if sandbox_id in self._failed else 1
+                self._failed[sandbox_id] = _Failed(self._clock(), times)
+                log.warning(
+                    "drain: sandbox %s stays (%d failed moves, next in %.0fs): %s",
+                    sandbox_id,
+                    times,
+                    self._wait(times),
+                    exc,
+                )
+            else:
+                self._failed.pop(sandbox_id, None)
+
+    def _due(self, sandbox_id: str) -> bool:
+        failed = self._failed.get(sandbox_id)
+        return failed is None or self._clock() - failed.at >= self._wait(failed.times)
+
+    def _wait(self, times: int) -> float:
+        return float(min(self._retry_after, self._retry_first * 2 ** (times - 1)))
 
     async def _move(self, sandbox_id: str) -> None:
         row = self._row(sandbox_id)
