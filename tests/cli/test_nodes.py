@@ -9,7 +9,10 @@ import pytest
 
 from space.cli import main
 from space.store.db import Database, make_engine, upgrade
+from space.store.keys import KeyRepo
 from space.store.nodes import Capacity, NodeRepo, WarmPool
+from space.store.placements import PlacementRepo
+from space.store.sandboxes import NewSandbox, SandboxRepo
 
 
 @pytest.fixture
@@ -81,3 +84,28 @@ def test_forget_refuses_a_node_still_heard_and_forgets_a_lost_one(
     assert main(["nodes", "forget", "host-a", *data]) == 0
     assert capsys.readouterr().out == "host-a forgotten\n"
     assert [n["name"] for n in run_json(capsys, "nodes", "ls", *data)] == ["host-b"]
+
+
+def test_sandboxes_shows_where_each_sandbox_is_placed(
+    registered: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = Database(make_engine(registered))
+    with db.session() as session:
+        org = KeyRepo(session).ensure_org("acme")
+        repo = SandboxRepo(session)
+        ids = [repo.create(org.id, None, NewSandbox("base", 60)).id for _ in range(3)]
+        for sandbox_id, node in zip(ids, ("host-a", "host-b", "host-a"), strict=True):
+            PlacementRepo(session).place(sandbox_id, node)
+    db.dispose()
+    data = ["--data-dir", str(tmp_path)]
+    on_a = run_json(capsys, "nodes", "sandboxes", "host-a", *data)
+    assert sorted(s["id"] for s in on_a) == sorted([ids[0], ids[2]])
+    assert {(s["state"], s["node"]) for s in on_a} == {("creating", "host-a")}
+    everywhere = run_json(capsys, "nodes", "sandboxes", *data)
+    assert sorted((s["node"], s["id"]) for s in everywhere) == sorted(
+        zip(("host-a", "host-b", "host-a"), ids, strict=True)
+    )
+    assert main(["nodes", "sandboxes", "host-b", *data]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["SANDBOX", "STATE", "NODE"]
+    assert lines[1].split() == [ids[1], "creating", "host-b"]

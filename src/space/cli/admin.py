@@ -1,6 +1,6 @@
 """The operator's commands straight on the database (`SPACE_DATABASE_URL`, or the data
 dir's SQLite): `space keys create|list|revoke` and
-`space nodes ls|cordon|uncordon|drain|forget`.
+`space nodes ls|sandboxes|cordon|uncordon|drain|forget`.
 
 A key's value is shown once, at `create`; `list` and `revoke` show ids and prefixes.
 `cordon` marks a node closed to new sandboxes, `drain` marks it draining (closed, and
@@ -8,7 +8,8 @@ the leading `space controller` moves its sandboxes off through the shared snapsh
 store: `space.control.drain`), `uncordon` returns it to `ready`. A node goes `lost` when it
 stops (it says so) or its heartbeat does, and back to `ready` when it is heard again;
 `forget` declares a lost node gone for good (its sandboxes fail, its suspended ones
-restore elsewhere).
+restore elsewhere). `sandboxes` shows where sandboxes are placed: the operator's view
+(no API key shows a node, so a tenant cannot map which of its sandboxes share a host).
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ def register(sub: Any) -> None:
         parser.set_defaults(verb=verb)
         json_flag(parser)
         server_flags(parser, listen=False)
+    placed = add_command(verbs, "sandboxes", cmd_nodes_sandboxes, "the sandboxes on nodes")
+    placed.add_argument("names", nargs="*", metavar="NAME", help="these nodes (default: all)")
+    json_flag(placed)
+    server_flags(placed, listen=False)
     forget = add_command(verbs, "forget", cmd_nodes_forget, "declare lost nodes gone for good")
     forget.add_argument("names", nargs="+", metavar="NAME")
     server_flags(forget, listen=False)
@@ -270,6 +275,24 @@ def cmd_nodes_set(args: argparse.Namespace) -> int:
     else:
         for node in changed:
             out(f"{node.name} {node.state.value}")
+    return 0
+
+
+def cmd_nodes_sandboxes(args: argparse.Namespace) -> int:
+    from space.store.placements import PlacementRepo
+
+    db = _database(args)
+    try:
+        with db.session() as session:
+            names = args.names or [node.name for node in NodeRepo(session).all()]
+            placed = PlacementRepo(session).placed_on
+            rows = [(sid, state, name) for name in names for sid, state in placed(name)]
+    finally:
+        db.dispose()
+    if args.json:
+        out(json.dumps([{"id": sid, "state": state, "node": node} for sid, state, node in rows]))
+    else:
+        table(rows, ["SANDBOX", "STATE", "NODE"])
     return 0
 
 
