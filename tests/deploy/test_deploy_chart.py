@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from space.config import Settings
+from space.credentials.crypto import KEY_BYTES, FileKeyProvider, secret_file
 from space.seam import signing
 
 pytestmark = pytest.mark.scaleout
@@ -131,7 +132,7 @@ def test_database_secret_existing_created_or_refused() -> None:
     api = by_kind(created, "Deployment", "api")
     assert env(api)["SPACE_DATABASE_URL"]["secretKeyRef"]["name"] == "space-postgresql"
     secrets = [d["metadata"]["name"] for d in render() if d["kind"] == "Secret"]
-    assert secrets == ["space-node-signing-key"]  # no database Secret of its own
+    assert sorted(secrets) == ["space-credential-keys", "space-node-signing-key"]  # no database
     with pytest.raises(subprocess.CalledProcessError) as refused:
         render(sets=("postgresql.existingSecret=",))
     assert "postgresql.existingSecret" in refused.value.stderr
@@ -195,6 +196,11 @@ def test_each_components_environment_is_valid_settings(
         else:
             assert settings.cluster.node_signing_key_file is not None
             assert settings.cluster.drives_nodes
+            keys = settings.credentials
+            assert keys.key_path(settings.data_dir) == Path("/run/space-keys/credentials.key")
+            assert keys.placeholder_path(settings.data_dir) == Path(
+                "/run/space-keys/credentials-placeholder.key"
+            )
         if component == "controller":
             election = env(workload)
             assert settings.cluster.lease_seconds == float(election["SPACE_CLUSTER_LEASE_SECONDS"])
@@ -243,6 +249,23 @@ def mounted_file(workload: dict[str, Any], path: str) -> tuple[dict[str, Any], s
     return volume, path[len(mount["mountPath"]) + 1 :]
 
 
+def secret_volume(workload: dict[str, Any], name: str) -> dict[str, Any]:
+    (volume,) = [v for v in pod(workload)["volumes"] if v["name"] == name]
+    source: dict[str, Any] = volume["secret"]
+    return source
+
+
+def written_by_init(workload: dict[str, Any]) -> str:
+    """The init container's shell command, after checking it writes private files as the
+    main container's user (a Secret volume's files are group-readable under fsGroup)."""
+    (init,) = pod(workload)["initContainers"]
+    command: str = init["command"][-1]
+    assert init["command"][:2] == ["sh", "-c"] and command.startswith("umask 077 && ")
+    user = container(workload)["securityContext"]["runAsUser"]
+    assert init["securityContext"]["runAsUser"] == user
+    return command
+
+
 def signing_pair(docs: list[dict[str, Any]]) -> tuple[bytes, bytes]:
     secret = by_kind(docs, "Secret", "node-signing-key")
     config_map = by_kind(docs, "ConfigMap", "node-trust-key")
@@ -265,14 +288,9 @@ def test_signed_mode_by_default_private_key_only_in_control_plane_pods(name: str
         path = env(workload)["SPACE_CLUSTER_NODE_SIGNING_KEY_FILE"]
         volume, _ = mounted_file(workload, path)
         assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
-        (init,) = pod(workload)["initContainers"]
-        assert init["command"][-1].endswith(f"> {path}") and "umask 077" in init["command"][-1]
-        assert (
-            init["securityContext"]["runAsUser"]
-            == container(workload)["securityContext"]["runAsUser"]
-        )
-        secrets = [v["secret"] for v in pod(workload)["volumes"] if "secret" in v]
-        assert [s["secretName"] for s in secrets] == ["space-node-signing-key"]
+        assert f"> {path}" in written_by_init(workload)
+        secrets = [v["secret"]["secretName"] for v in pod(workload)["volumes"] if "secret" in v]
+        assert sorted(secrets) == ["space-credential-keys", "space-node-signing-key"]
         assert "SPACE_CLUSTER_NODE_TOKEN" not in env(workload)
     node = by_kind(docs, "DaemonSet", "node")
     volume, key = mounted_file(node, env(node)["SPACE_NODE_TRUST_KEY_FILE"])
@@ -295,9 +313,13 @@ def assert_no_private_key_in(node: dict[str, Any], private: bytes) -> None:
 def test_own_signing_key_is_used_and_needs_both_halves() -> None:
     sets = ("nodeSigningKey.existingSecret=my-key", "nodeSigningKey.existingConfigMap=my-pub")
     docs = render(sets=sets)
-    assert not [d for d in docs if d["kind"] in ("Secret", "ConfigMap")]
+    assert not [d for d in docs if d["kind"] == "ConfigMap"]
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == [
+        "space-credential-keys"
+    ]
     api, node = by_kind(docs, "Deployment", "api"), by_kind(docs, "DaemonSet", "node")
-    assert [v["secret"]["secretName"] for v in pod(api)["volumes"] if "secret" in v] == ["my-key"]
+    secrets = [v["secret"]["secretName"] for v in pod(api)["volumes"] if "secret" in v]
+    assert sorted(secrets) == ["my-key", "space-credential-keys"]
     assert (
         mounted_file(node, env(node)["SPACE_NODE_TRUST_KEY_FILE"])[0]["configMap"]["name"]
         == "my-pub"
@@ -342,4 +364,79 @@ def test_shared_snapshots_off_by_default_nfs_or_a_claim(name: str) -> None:
 @pytest.mark.parametrize("sets", [(), ("nodeAuth=token",)])
 def test_every_object_validates_in_both_auth_modes(sets: tuple[str, ...]) -> None:
     for doc in render(sets=sets):
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+
+
+CREDENTIAL_KEYS = ("SPACE_CREDENTIALS_KEY_FILE", "SPACE_CREDENTIALS_PLACEHOLDER_KEY_FILE")
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+@pytest.mark.parametrize("auth", ["signed", "token"])
+def test_api_and_controller_mount_the_same_credential_keys(name: str, auth: str) -> None:
+    """Both key files, in every API and controller pod, are 0600 copies the init
+    container makes of one Secret's keys; no node pod sees them."""
+    docs = render(*VALUES[name], sets=(f"nodeAuth={auth}",))
+    for component in ("api", "controller"):
+        workload = by_kind(docs, "Deployment", component)
+        command = written_by_init(workload)
+        (init,) = pod(workload)["initContainers"]
+        for variable, key in zip(
+            CREDENTIAL_KEYS, ("credentials.key", "credentials-placeholder.key"), strict=True
+        ):
+            path = env(workload)[variable]
+            volume, _ = mounted_file(workload, path)
+            assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
+            source = secret_volume(workload, "credential-keys-secret")
+            assert source["secretName"] == "space-credential-keys"
+            (item,) = [i for i in source["items"] if i["key"] == key]
+            (mount,) = [m for m in init["volumeMounts"] if m["name"] == "credential-keys-secret"]
+            assert f"cat {mount['mountPath']}/{item['path']} > {path}" in command
+    node = by_kind(docs, "DaemonSet", "node")
+    text = json.dumps(node)
+    assert "credential" not in text and "CREDENTIALS" not in text
+
+
+def test_generated_credential_keys_open_and_are_kept(tmp_path: Path) -> None:
+    """The Secret's keys are what `FileKeyProvider` and `secret_file` read, written 0600
+    (as the init container writes them); a fresh install gets fresh keys, and the
+    Secret outlives an uninstall."""
+    secrets = []
+    for _ in range(2):
+        secret = by_kind(render(), "Secret", "credential-keys")
+        assert secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+        files = {}
+        for key, data in secret["data"].items():
+            path = tmp_path / f"{len(secrets)}-{key}"
+            path.touch(mode=0o600)
+            path.write_bytes(base64.b64decode(data))
+            files[key] = path
+        assert sorted(files) == ["credentials-placeholder.key", "credentials.key"]
+        key_id, key = FileKeyProvider(files["credentials.key"]).current()
+        assert len(key) == KEY_BYTES and key_id
+        placeholder = secret_file(files["credentials-placeholder.key"])
+        assert len(placeholder) == KEY_BYTES
+        secrets.append((key, placeholder))
+    assert secrets[0][0] != secrets[1][0] and secrets[0][1] != secrets[1][1]
+
+
+def test_own_credential_keys_secret_is_used() -> None:
+    """An upgrade keeps the generated Secret's keys (`lookup`, which needs a cluster);
+    `credentials.existingSecret` is the same path offline: the chart makes no Secret and
+    mounts that one's keys."""
+    docs = render(
+        sets=(
+            "credentials.existingSecret=my-keys",
+            "credentials.existingSecretKeys.sealing=sealing.json",
+            "credentials.existingSecretKeys.placeholder=placeholder",
+        )
+    )
+    assert not [d for d in docs if "credential-keys" in d["metadata"]["name"]]
+    for component in ("api", "controller"):
+        workload = by_kind(docs, "Deployment", component)
+        source = secret_volume(workload, "credential-keys-secret")
+        assert source["secretName"] == "my-keys"
+        assert [i["key"] for i in source["items"]] == ["sealing.json", "placeholder"]
+        for variable in CREDENTIAL_KEYS:
+            assert mounted_file(workload, env(workload)[variable])[0]["name"] == "keys"
+    for doc in docs:
         kubernetes_validate.validate(doc, KUBERNETES, strict=True)
