@@ -83,9 +83,9 @@ def test_commands_probes_and_node_privileges() -> None:
     assert container(api)["args"][:2] == ["space", "api"]
     assert container(controller)["args"] == ["space", "controller"]
     assert container(node)["args"][:2] == ["space", "node"]
-    for workload, port in ((api, "http"), (node, "node")):
-        for probe in ("livenessProbe", "readinessProbe"):
-            assert container(workload)[probe]["httpGet"] == {"path": "/healthz", "port": port}
+    assert container(api)["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container(node)[probe]["httpGet"] == {"path": "/healthz", "port": "node"}
     assert container(node)["securityContext"]["privileged"] is True
     volumes = node["spec"]["template"]["spec"]["volumes"]
     host = {v["name"]: v["hostPath"] for v in volumes if "hostPath" in v}
@@ -123,6 +123,49 @@ def test_warm_pools_and_probes_follow_overrides() -> None:
     assert json.loads(env(node)["SPACE_NODE_WARM_POOL"]) == {"base": 2, "python": 5}
     assert container(by_kind(docs, "Deployment", "api"))["readinessProbe"]["periodSeconds"] == 2
     assert container(node)["livenessProbe"]["failureThreshold"] == 9
+
+
+def probe_seconds(probe: dict[str, Any]) -> int:
+    """How long `probe` may fail before the kubelet acts."""
+    seconds: int = probe.get("initialDelaySeconds", 0) + probe["periodSeconds"] * probe.get(
+        "failureThreshold", 3
+    )
+    return seconds
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_node_has_a_startup_probe_for_its_image_builds(name: str) -> None:
+    """`space node` builds its guest images before it listens: liveness waits for a
+    startup probe on /healthz that allows up to 15 minutes, and follows the values."""
+    node = container(by_kind(render(*VALUES[name]), "DaemonSet", "node"))
+    startup = node["startupProbe"]
+    assert startup["httpGet"] == {"path": "/healthz", "port": "node"}
+    assert probe_seconds(startup) == 15 * 60
+    assert probe_seconds(node["livenessProbe"]) <= 2 * 60
+    longer = render(*VALUES[name], sets=("node.startupProbe.failureThreshold=180",))
+    assert probe_seconds(container(by_kind(longer, "DaemonSet", "node"))["startupProbe"]) == 1800
+    off = render(*VALUES[name], sets=("node.startupProbe=null",))
+    assert "startupProbe" not in container(by_kind(off, "DaemonSet", "node"))
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_no_liveness_probe_depends_on_the_database(name: str) -> None:
+    """The API's /healthz pings the database: only readiness uses it, so a database
+    outage takes replicas out of the Service instead of restarting them all; liveness
+    (and startup, which waits for the migration) is a TCP connect. The controller has
+    no listener and no probe at all."""
+    docs = render(*VALUES[name])
+    api = container(by_kind(docs, "Deployment", "api"))
+    assert api["livenessProbe"]["tcpSocket"] == {"port": "http"}
+    assert api["startupProbe"]["tcpSocket"] == {"port": "http"}
+    assert "httpGet" not in api["livenessProbe"] and "httpGet" not in api["startupProbe"]
+    assert api["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    (http,) = [p for p in api["ports"] if p["name"] == "http"]
+    assert api["args"][-1] == str(http["containerPort"])
+    controller = container(by_kind(docs, "Deployment", "controller"))
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert probe not in controller
+    assert "ports" not in controller
 
 
 def test_database_secret_existing_created_or_refused() -> None:
