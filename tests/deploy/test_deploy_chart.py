@@ -240,6 +240,8 @@ def test_each_components_environment_is_valid_settings(
             assert settings.cluster.node_signing_key_file is not None
             assert settings.cluster.drives_nodes
             keys = settings.credentials
+            if component == "api":
+                assert settings.ingress.host == "0.0.0.0" and settings.ingress.port == 8081
             assert keys.key_path(settings.data_dir) == Path("/run/space-keys/credentials.key")
             assert keys.placeholder_path(settings.data_dir) == Path(
                 "/run/space-keys/credentials-placeholder.key"
@@ -483,3 +485,104 @@ def test_own_credential_keys_secret_is_used() -> None:
             assert mounted_file(workload, env(workload)[variable])[0]["name"] == "keys"
     for doc in docs:
         kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+
+
+def api_settings(workload: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """`Settings` as the API container's plain env values make them."""
+    with monkeypatch.context() as patch:
+        for key in [k for k in os.environ if k.startswith("SPACE_")]:
+            patch.delenv(key)
+        for key, value in env(workload).items():
+            if isinstance(value, str):
+                patch.setenv(key, value)
+        return Settings()
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_sandbox_urls_are_served_on_the_api_services_ingress_port(name: str) -> None:
+    """The API's sandbox URL listener (SPACE_INGRESS_PORT) listens on every address,
+    is a named container port, a Service port and open in the API's NetworkPolicy; no
+    Ingress unless asked for."""
+    docs = render(*VALUES[name])
+    api = by_kind(docs, "Deployment", "api")
+    assert env(api)["SPACE_INGRESS_HOST"] == "0.0.0.0"
+    (port,) = [p for p in container(api)["ports"] if p["name"] == "ingress"]
+    assert str(port["containerPort"]) == env(api)["SPACE_INGRESS_PORT"] == "8081"
+    assert "SPACE_PUBLIC_DOMAIN" not in env(api)
+    service = by_kind(docs, "Service", "api")["spec"]
+    (served,) = [p for p in service["ports"] if p["name"] == "ingress"]
+    assert served["targetPort"] == "ingress" and served["protocol"] == "TCP"
+    (rule,) = by_kind(docs, "NetworkPolicy", "api")["spec"]["ingress"]
+    assert {"protocol": "TCP", "port": 8081} in rule["ports"]
+    assert not [d for d in docs if d["kind"] == "Ingress"]
+
+
+def test_an_ingress_routes_the_api_host_and_sandbox_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ingress.host`: the API at the host, sandbox URLs at `*.host` on the Service's
+    ingress port, TLS for both when a Secret is named; the API's sandbox URLs use the
+    host (SPACE_PUBLIC_DOMAIN) unless `api.publicDomain` says otherwise."""
+    on = ("ingress.enabled=true", "ingress.host=space.example.com")
+    docs = render(sets=(*on, "ingress.className=nginx", "ingress.tls.secretName=space-tls"))
+    ingress = by_kind(docs, "Ingress", "api")
+    kubernetes_validate.validate(ingress, KUBERNETES, strict=True)
+    spec = ingress["spec"]
+    assert spec["ingressClassName"] == "nginx"
+    assert spec["tls"] == [
+        {"hosts": ["space.example.com", "*.space.example.com"], "secretName": "space-tls"}
+    ]
+    routes = {}
+    for rule in spec["rules"]:
+        (path,) = rule["http"]["paths"]
+        assert path["path"] == "/" and path["pathType"] == "Prefix"
+        routes[rule["host"]] = path["backend"]["service"]
+    assert routes == {
+        "space.example.com": {"name": "space-api", "port": {"name": "http"}},
+        "*.space.example.com": {"name": "space-api", "port": {"name": "ingress"}},
+    }
+    service_ports = {p["name"] for p in by_kind(docs, "Service", "api")["spec"]["ports"]}
+    assert service_ports == {"http", "ingress"}
+    api = by_kind(docs, "Deployment", "api")
+    assert env(api)["SPACE_PUBLIC_DOMAIN"] == "space.example.com"
+    assert api_settings(api, monkeypatch).ingress.domain == "space.example.com"
+    plain = by_kind(render(sets=on), "Ingress", "api")["spec"]
+    assert "tls" not in plain and "ingressClassName" not in plain
+    own = render(sets=(*on, "api.publicDomain=sb.example.net"))
+    assert env(by_kind(own, "Deployment", "api"))["SPACE_PUBLIC_DOMAIN"] == "sb.example.net"
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        render(sets=("ingress.enabled=true",))
+    assert "ingress.enabled needs ingress.host" in refused.value.stderr
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_api_and_node_pods_carry_prometheus_scrape_annotations(name: str) -> None:
+    docs = render(*VALUES[name])
+    for kind, component, port in (("Deployment", "api", "8080"), ("DaemonSet", "node", "8090")):
+        workload = by_kind(docs, kind, component)
+        assert workload["spec"]["template"]["metadata"]["annotations"] == {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": port,
+            "prometheus.io/path": "/metrics",
+        }
+        assert str(container(workload)["ports"][0]["containerPort"]) == port
+    controller = by_kind(docs, "Deployment", "controller")
+    assert "annotations" not in controller["spec"]["template"]["metadata"]
+    off = render(*VALUES[name], sets=("metrics.scrapeAnnotations=false",))
+    for kind, component in (("Deployment", "api"), ("DaemonSet", "node")):
+        assert "annotations" not in by_kind(off, kind, component)["spec"]["template"]["metadata"]
+
+
+def test_metrics_from_lets_a_scraper_reach_the_nodes() -> None:
+    """`networkPolicy.metricsFrom`: those peers reach the node port (its /metrics needs
+    no token; the seam behind it does), and the API port when `apiFrom` fences it."""
+    prometheus = {"podSelector": {"matchLabels": {"app": "prometheus"}}}
+    scraper = "networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prometheus"
+    fenced = "networkPolicy.apiFrom[0].podSelector.matchLabels.app=gateway"
+    docs = render(sets=(scraper, fenced))
+    node = by_kind(docs, "NetworkPolicy", "node")["spec"]["ingress"]
+    assert {"from": [prometheus], "ports": [{"protocol": "TCP", "port": 8090}]} in node
+    api = by_kind(docs, "NetworkPolicy", "api")["spec"]["ingress"]
+    assert {"from": [prometheus], "ports": [{"protocol": "TCP", "port": 8080}]} in api
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+    open_api = by_kind(render(sets=(scraper,)), "NetworkPolicy", "api")["spec"]["ingress"]
+    assert len(open_api) == 1 and "from" not in open_api[0]

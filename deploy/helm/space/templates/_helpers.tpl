@@ -222,6 +222,21 @@ persistentVolumeClaim:
 {{- end }}
 {{- end -}}
 
+{{/* Prometheus scrape annotations for a pod serving /metrics on `port`. */}}
+{{- define "space.scrapeAnnotations" -}}
+{{- if .root.Values.metrics.scrapeAnnotations -}}
+annotations:
+  prometheus.io/scrape: "true"
+  prometheus.io/port: {{ .port | quote }}
+  prometheus.io/path: /metrics
+{{- end -}}
+{{- end -}}
+
+{{/* The API's sandbox URL domain (SPACE_PUBLIC_DOMAIN), empty for SPACE's default. */}}
+{{- define "space.publicDomain" -}}
+{{- .Values.api.publicDomain | default (ternary .Values.ingress.host "" .Values.ingress.enabled) -}}
+{{- end -}}
+
 {{/* A restricted, non-root container (api, controller). */}}
 {{- define "space.restricted" -}}
 securityContext:
