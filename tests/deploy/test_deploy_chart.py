@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -586,3 +587,61 @@ def test_metrics_from_lets_a_scraper_reach_the_nodes() -> None:
         kubernetes_validate.validate(doc, KUBERNETES, strict=True)
     open_api = by_kind(render(sets=(scraper,)), "NetworkPolicy", "api")["spec"]["ingress"]
     assert len(open_api) == 1 and "from" not in open_api[0]
+
+
+def notes(*values: Path, sets: tuple[str, ...] = ()) -> str:
+    """NOTES.txt as `helm install` prints it (a client-side dry run: no cluster)."""
+    args = [str(HELM), "install", "space", str(CHART), "--namespace", "space"]
+    args += ["--dry-run=client"]
+    for path in values:
+        args += ["--values", str(path)]
+    for item in sets:
+        args += ["--set", item]
+    done = subprocess.run(args, check=True, capture_output=True, text=True, timeout=60)
+    return done.stdout.split("NOTES:\n", 1)[1]
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_notes_say_how_to_reach_the_api_get_the_admin_key_and_keep_the_keys(name: str) -> None:
+    text = notes(*VALUES[name])
+    if name == "eks":
+        assert "get service space-api" in text  # a LoadBalancer
+        assert "get secret space-bootstrap-key" in text and "SPACE_API_KEY" in text
+    else:
+        assert "port-forward service/space-api 8080:80 8081:8081" in text
+        assert "cat /var/lib/space/admin.key" in text
+    assert "Secret space-credential-keys" in text and "Back it" in text
+    behind = notes(*VALUES[name], sets=("ingress.enabled=true", "ingress.host=sb.example.com"))
+    assert "http://sb.example.com/" in behind and "*.sb.example.com" in behind
+
+
+def schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    return loaded
+
+
+def test_the_values_schema_types_every_top_level_value_the_templates_read() -> None:
+    typed = set(schema()["properties"])
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(defaults) == typed
+    read = set()
+    for template in (CHART / "templates").iterdir():
+        read |= set(re.findall(r"\.Values\.(\w+)", template.read_text()))
+    assert read <= typed, read - typed
+
+
+@pytest.mark.parametrize(
+    ("item", "where"),
+    [
+        ("node.warmPools=3", "/node/warmPools"),
+        ("node.warmPools.base=two", "/node/warmPools/base"),
+        ("api.replicas=two", "/api/replicas"),
+        ("ingress.enabled=yes", "/ingress/enabled"),
+        ("node.accel=hvf", "/node/accel"),
+        ("api.ingressPort=70000", "/api/ingressPort"),
+    ],
+)
+def test_helm_refuses_a_value_of_the_wrong_type(item: str, where: str) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        render(sets=(item,))
+    assert "schema" in refused.value.stderr and where in refused.value.stderr
