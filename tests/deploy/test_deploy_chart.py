@@ -645,3 +645,21 @@ def test_helm_refuses_a_value_of_the_wrong_type(item: str, where: str) -> None:
     with pytest.raises(subprocess.CalledProcessError) as refused:
         render(sets=(item,))
     assert "schema" in refused.value.stderr and where in refused.value.stderr
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_disruption_budgets_cover_the_api_and_the_controller(name: str) -> None:
+    """Each budget selects exactly its Deployment's pods; nodes roll one at a time."""
+    docs = render(*VALUES[name])
+    budgets = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "PodDisruptionBudget"}
+    assert sorted(budgets) == ["space-api", "space-controller"]
+    for component in ("api", "controller"):
+        budget = budgets[f"space-{component}"]
+        workload = by_kind(docs, "Deployment", component)
+        assert budget["selector"] == workload["spec"]["selector"]
+        assert budget["selector"]["matchLabels"].items() <= (
+            workload["spec"]["template"]["metadata"]["labels"].items()
+        )
+        assert 0 < budget["minAvailable"] < workload["spec"]["replicas"]
+    node = by_kind(docs, "DaemonSet", "node")["spec"]["updateStrategy"]
+    assert node["rollingUpdate"]["maxUnavailable"] == 1
