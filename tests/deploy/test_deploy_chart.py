@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from space.config import Settings
+from space.credentials.crypto import KEY_BYTES, FileKeyProvider, secret_file
 from space.seam import signing
 
 pytestmark = pytest.mark.scaleout
@@ -82,9 +84,9 @@ def test_commands_probes_and_node_privileges() -> None:
     assert container(api)["args"][:2] == ["space", "api"]
     assert container(controller)["args"] == ["space", "controller"]
     assert container(node)["args"][:2] == ["space", "node"]
-    for workload, port in ((api, "http"), (node, "node")):
-        for probe in ("livenessProbe", "readinessProbe"):
-            assert container(workload)[probe]["httpGet"] == {"path": "/healthz", "port": port}
+    assert container(api)["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container(node)[probe]["httpGet"] == {"path": "/healthz", "port": "node"}
     assert container(node)["securityContext"]["privileged"] is True
     volumes = node["spec"]["template"]["spec"]["volumes"]
     host = {v["name"]: v["hostPath"] for v in volumes if "hostPath" in v}
@@ -124,6 +126,49 @@ def test_warm_pools_and_probes_follow_overrides() -> None:
     assert container(node)["livenessProbe"]["failureThreshold"] == 9
 
 
+def probe_seconds(probe: dict[str, Any]) -> int:
+    """How long `probe` may fail before the kubelet acts."""
+    seconds: int = probe.get("initialDelaySeconds", 0) + probe["periodSeconds"] * probe.get(
+        "failureThreshold", 3
+    )
+    return seconds
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_node_has_a_startup_probe_for_its_image_builds(name: str) -> None:
+    """`space node` builds its guest images before it listens: liveness waits for a
+    startup probe on /healthz that allows up to 15 minutes, and follows the values."""
+    node = container(by_kind(render(*VALUES[name]), "DaemonSet", "node"))
+    startup = node["startupProbe"]
+    assert startup["httpGet"] == {"path": "/healthz", "port": "node"}
+    assert probe_seconds(startup) == 15 * 60
+    assert probe_seconds(node["livenessProbe"]) <= 2 * 60
+    longer = render(*VALUES[name], sets=("node.startupProbe.failureThreshold=180",))
+    assert probe_seconds(container(by_kind(longer, "DaemonSet", "node"))["startupProbe"]) == 1800
+    off = render(*VALUES[name], sets=("node.startupProbe=null",))
+    assert "startupProbe" not in container(by_kind(off, "DaemonSet", "node"))
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_no_liveness_probe_depends_on_the_database(name: str) -> None:
+    """The API's /healthz pings the database: only readiness uses it, so a database
+    outage takes replicas out of the Service instead of restarting them all; liveness
+    (and startup, which waits for the migration) is a TCP connect. The controller has
+    no listener and no probe at all."""
+    docs = render(*VALUES[name])
+    api = container(by_kind(docs, "Deployment", "api"))
+    assert api["livenessProbe"]["tcpSocket"] == {"port": "http"}
+    assert api["startupProbe"]["tcpSocket"] == {"port": "http"}
+    assert "httpGet" not in api["livenessProbe"] and "httpGet" not in api["startupProbe"]
+    assert api["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    (http,) = [p for p in api["ports"] if p["name"] == "http"]
+    assert api["args"][-1] == str(http["containerPort"])
+    controller = container(by_kind(docs, "Deployment", "controller"))
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert probe not in controller
+    assert "ports" not in controller
+
+
 def test_database_secret_existing_created_or_refused() -> None:
     created = render(sets=("postgresql.existingSecret=", "postgresql.url=postgresql://h/db"))
     secret = by_kind(created, "Secret", "postgresql")
@@ -131,7 +176,7 @@ def test_database_secret_existing_created_or_refused() -> None:
     api = by_kind(created, "Deployment", "api")
     assert env(api)["SPACE_DATABASE_URL"]["secretKeyRef"]["name"] == "space-postgresql"
     secrets = [d["metadata"]["name"] for d in render() if d["kind"] == "Secret"]
-    assert secrets == ["space-node-signing-key"]  # no database Secret of its own
+    assert sorted(secrets) == ["space-credential-keys", "space-node-signing-key"]  # no database
     with pytest.raises(subprocess.CalledProcessError) as refused:
         render(sets=("postgresql.existingSecret=",))
     assert "postgresql.existingSecret" in refused.value.stderr
@@ -195,6 +240,13 @@ def test_each_components_environment_is_valid_settings(
         else:
             assert settings.cluster.node_signing_key_file is not None
             assert settings.cluster.drives_nodes
+            keys = settings.credentials
+            if component == "api":
+                assert settings.ingress.host == "0.0.0.0" and settings.ingress.port == 8081
+            assert keys.key_path(settings.data_dir) == Path("/run/space-keys/credentials.key")
+            assert keys.placeholder_path(settings.data_dir) == Path(
+                "/run/space-keys/credentials-placeholder.key"
+            )
         if component == "controller":
             election = env(workload)
             assert settings.cluster.lease_seconds == float(election["SPACE_CLUSTER_LEASE_SECONDS"])
@@ -243,6 +295,23 @@ def mounted_file(workload: dict[str, Any], path: str) -> tuple[dict[str, Any], s
     return volume, path[len(mount["mountPath"]) + 1 :]
 
 
+def secret_volume(workload: dict[str, Any], name: str) -> dict[str, Any]:
+    (volume,) = [v for v in pod(workload)["volumes"] if v["name"] == name]
+    source: dict[str, Any] = volume["secret"]
+    return source
+
+
+def written_by_init(workload: dict[str, Any]) -> str:
+    """The init container's shell command, after checking it writes private files as the
+    main container's user (a Secret volume's files are group-readable under fsGroup)."""
+    (init,) = pod(workload)["initContainers"]
+    command: str = init["command"][-1]
+    assert init["command"][:2] == ["sh", "-c"] and command.startswith("umask 077 && ")
+    user = container(workload)["securityContext"]["runAsUser"]
+    assert init["securityContext"]["runAsUser"] == user
+    return command
+
+
 def signing_pair(docs: list[dict[str, Any]]) -> tuple[bytes, bytes]:
     secret = by_kind(docs, "Secret", "node-signing-key")
     config_map = by_kind(docs, "ConfigMap", "node-trust-key")
@@ -265,14 +334,9 @@ def test_signed_mode_by_default_private_key_only_in_control_plane_pods(name: str
         path = env(workload)["SPACE_CLUSTER_NODE_SIGNING_KEY_FILE"]
         volume, _ = mounted_file(workload, path)
         assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
-        (init,) = pod(workload)["initContainers"]
-        assert init["command"][-1].endswith(f"> {path}") and "umask 077" in init["command"][-1]
-        assert (
-            init["securityContext"]["runAsUser"]
-            == container(workload)["securityContext"]["runAsUser"]
-        )
-        secrets = [v["secret"] for v in pod(workload)["volumes"] if "secret" in v]
-        assert [s["secretName"] for s in secrets] == ["space-node-signing-key"]
+        assert f"> {path}" in written_by_init(workload)
+        secrets = [v["secret"]["secretName"] for v in pod(workload)["volumes"] if "secret" in v]
+        assert sorted(secrets) == ["space-credential-keys", "space-node-signing-key"]
         assert "SPACE_CLUSTER_NODE_TOKEN" not in env(workload)
     node = by_kind(docs, "DaemonSet", "node")
     volume, key = mounted_file(node, env(node)["SPACE_NODE_TRUST_KEY_FILE"])
@@ -295,9 +359,13 @@ def assert_no_private_key_in(node: dict[str, Any], private: bytes) -> None:
 def test_own_signing_key_is_used_and_needs_both_halves() -> None:
     sets = ("nodeSigningKey.existingSecret=my-key", "nodeSigningKey.existingConfigMap=my-pub")
     docs = render(sets=sets)
-    assert not [d for d in docs if d["kind"] in ("Secret", "ConfigMap")]
+    assert not [d for d in docs if d["kind"] == "ConfigMap"]
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"] == [
+        "space-credential-keys"
+    ]
     api, node = by_kind(docs, "Deployment", "api"), by_kind(docs, "DaemonSet", "node")
-    assert [v["secret"]["secretName"] for v in pod(api)["volumes"] if "secret" in v] == ["my-key"]
+    secrets = [v["secret"]["secretName"] for v in pod(api)["volumes"] if "secret" in v]
+    assert sorted(secrets) == ["my-key", "space-credential-keys"]
     assert (
         mounted_file(node, env(node)["SPACE_NODE_TRUST_KEY_FILE"])[0]["configMap"]["name"]
         == "my-pub"
@@ -343,3 +411,255 @@ def test_shared_snapshots_off_by_default_nfs_or_a_claim(name: str) -> None:
 def test_every_object_validates_in_both_auth_modes(sets: tuple[str, ...]) -> None:
     for doc in render(sets=sets):
         kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+
+
+CREDENTIAL_KEYS = ("SPACE_CREDENTIALS_KEY_FILE", "SPACE_CREDENTIALS_PLACEHOLDER_KEY_FILE")
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+@pytest.mark.parametrize("auth", ["signed", "token"])
+def test_api_and_controller_mount_the_same_credential_keys(name: str, auth: str) -> None:
+    """Both key files, in every API and controller pod, are 0600 copies the init
+    container makes of one Secret's keys; no node pod sees them."""
+    docs = render(*VALUES[name], sets=(f"nodeAuth={auth}",))
+    for component in ("api", "controller"):
+        workload = by_kind(docs, "Deployment", component)
+        command = written_by_init(workload)
+        (init,) = pod(workload)["initContainers"]
+        for variable, key in zip(
+            CREDENTIAL_KEYS, ("credentials.key", "credentials-placeholder.key"), strict=True
+        ):
+            path = env(workload)[variable]
+            volume, _ = mounted_file(workload, path)
+            assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Mi"}
+            source = secret_volume(workload, "credential-keys-secret")
+            assert source["secretName"] == "space-credential-keys"
+            (item,) = [i for i in source["items"] if i["key"] == key]
+            (mount,) = [m for m in init["volumeMounts"] if m["name"] == "credential-keys-secret"]
+            assert f"cat {mount['mountPath']}/{item['path']} > {path}" in command
+    node = by_kind(docs, "DaemonSet", "node")
+    text = json.dumps(node)
+    assert "credential" not in text and "CREDENTIALS" not in text
+
+
+def test_generated_credential_keys_open_and_are_kept(tmp_path: Path) -> None:
+    """The Secret's keys are what `FileKeyProvider` and `secret_file` read, written 0600
+    (as the init container writes them); a fresh install gets fresh keys, and the
+    Secret outlives an uninstall."""
+    secrets = []
+    for _ in range(2):
+        secret = by_kind(render(), "Secret", "credential-keys")
+        assert secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+        files = {}
+        for key, data in secret["data"].items():
+            path = tmp_path / f"{len(secrets)}-{key}"
+            path.touch(mode=0o600)
+            path.write_bytes(base64.b64decode(data))
+            files[key] = path
+        assert sorted(files) == ["credentials-placeholder.key", "credentials.key"]
+        key_id, key = FileKeyProvider(files["credentials.key"]).current()
+        assert len(key) == KEY_BYTES and key_id
+        placeholder = secret_file(files["credentials-placeholder.key"])
+        assert len(placeholder) == KEY_BYTES
+        secrets.append((key, placeholder))
+    assert secrets[0][0] != secrets[1][0] and secrets[0][1] != secrets[1][1]
+
+
+def test_own_credential_keys_secret_is_used() -> None:
+    """An upgrade keeps the generated Secret's keys (`lookup`, which needs a cluster);
+    `credentials.existingSecret` is the same path offline: the chart makes no Secret and
+    mounts that one's keys."""
+    docs = render(
+        sets=(
+            "credentials.existingSecret=my-keys",
+            "credentials.existingSecretKeys.sealing=sealing.json",
+            "credentials.existingSecretKeys.placeholder=placeholder",
+        )
+    )
+    assert not [d for d in docs if "credential-keys" in d["metadata"]["name"]]
+    for component in ("api", "controller"):
+        workload = by_kind(docs, "Deployment", component)
+        source = secret_volume(workload, "credential-keys-secret")
+        assert source["secretName"] == "my-keys"
+        assert [i["key"] for i in source["items"]] == ["sealing.json", "placeholder"]
+        for variable in CREDENTIAL_KEYS:
+            assert mounted_file(workload, env(workload)[variable])[0]["name"] == "keys"
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+
+
+def api_settings(workload: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """`Settings` as the API container's plain env values make them."""
+    with monkeypatch.context() as patch:
+        for key in [k for k in os.environ if k.startswith("SPACE_")]:
+            patch.delenv(key)
+        for key, value in env(workload).items():
+            if isinstance(value, str):
+                patch.setenv(key, value)
+        return Settings()
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_sandbox_urls_are_served_on_the_api_services_ingress_port(name: str) -> None:
+    """The API's sandbox URL listener (SPACE_INGRESS_PORT) listens on every address,
+    is a named container port, a Service port and open in the API's NetworkPolicy; no
+    Ingress unless asked for."""
+    docs = render(*VALUES[name])
+    api = by_kind(docs, "Deployment", "api")
+    assert env(api)["SPACE_INGRESS_HOST"] == "0.0.0.0"
+    (port,) = [p for p in container(api)["ports"] if p["name"] == "ingress"]
+    assert str(port["containerPort"]) == env(api)["SPACE_INGRESS_PORT"] == "8081"
+    assert "SPACE_PUBLIC_DOMAIN" not in env(api)
+    service = by_kind(docs, "Service", "api")["spec"]
+    (served,) = [p for p in service["ports"] if p["name"] == "ingress"]
+    assert served["targetPort"] == "ingress" and served["protocol"] == "TCP"
+    (rule,) = by_kind(docs, "NetworkPolicy", "api")["spec"]["ingress"]
+    assert {"protocol": "TCP", "port": 8081} in rule["ports"]
+    assert not [d for d in docs if d["kind"] == "Ingress"]
+
+
+def test_an_ingress_routes_the_api_host_and_sandbox_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ingress.host`: the API at the host, sandbox URLs at `*.host` on the Service's
+    ingress port, TLS for both when a Secret is named; the API's sandbox URLs use the
+    host (SPACE_PUBLIC_DOMAIN) unless `api.publicDomain` says otherwise."""
+    on = ("ingress.enabled=true", "ingress.host=space.example.com")
+    docs = render(sets=(*on, "ingress.className=nginx", "ingress.tls.secretName=space-tls"))
+    ingress = by_kind(docs, "Ingress", "api")
+    kubernetes_validate.validate(ingress, KUBERNETES, strict=True)
+    spec = ingress["spec"]
+    assert spec["ingressClassName"] == "nginx"
+    assert spec["tls"] == [
+        {"hosts": ["space.example.com", "*.space.example.com"], "secretName": "space-tls"}
+    ]
+    routes = {}
+    for rule in spec["rules"]:
+        (path,) = rule["http"]["paths"]
+        assert path["path"] == "/" and path["pathType"] == "Prefix"
+        routes[rule["host"]] = path["backend"]["service"]
+    assert routes == {
+        "space.example.com": {"name": "space-api", "port": {"name": "http"}},
+        "*.space.example.com": {"name": "space-api", "port": {"name": "ingress"}},
+    }
+    service_ports = {p["name"] for p in by_kind(docs, "Service", "api")["spec"]["ports"]}
+    assert service_ports == {"http", "ingress"}
+    api = by_kind(docs, "Deployment", "api")
+    assert env(api)["SPACE_PUBLIC_DOMAIN"] == "space.example.com"
+    assert api_settings(api, monkeypatch).ingress.domain == "space.example.com"
+    plain = by_kind(render(sets=on), "Ingress", "api")["spec"]
+    assert "tls" not in plain and "ingressClassName" not in plain
+    own = render(sets=(*on, "api.publicDomain=sb.example.net"))
+    assert env(by_kind(own, "Deployment", "api"))["SPACE_PUBLIC_DOMAIN"] == "sb.example.net"
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        render(sets=("ingress.enabled=true",))
+    assert "ingress.enabled needs ingress.host" in refused.value.stderr
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_api_and_node_pods_carry_prometheus_scrape_annotations(name: str) -> None:
+    docs = render(*VALUES[name])
+    for kind, component, port in (("Deployment", "api", "8080"), ("DaemonSet", "node", "8090")):
+        workload = by_kind(docs, kind, component)
+        assert workload["spec"]["template"]["metadata"]["annotations"] == {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": port,
+            "prometheus.io/path": "/metrics",
+        }
+        assert str(container(workload)["ports"][0]["containerPort"]) == port
+    controller = by_kind(docs, "Deployment", "controller")
+    assert "annotations" not in controller["spec"]["template"]["metadata"]
+    off = render(*VALUES[name], sets=("metrics.scrapeAnnotations=false",))
+    for kind, component in (("Deployment", "api"), ("DaemonSet", "node")):
+        assert "annotations" not in by_kind(off, kind, component)["spec"]["template"]["metadata"]
+
+
+def test_metrics_from_lets_a_scraper_reach_the_nodes() -> None:
+    """`networkPolicy.metricsFrom`: those peers reach the node port (its /metrics needs
+    no token; the seam behind it does), and the API port when `apiFrom` fences it."""
+    prometheus = {"podSelector": {"matchLabels": {"app": "prometheus"}}}
+    scraper = "networkPolicy.metricsFrom[0].podSelector.matchLabels.app=prometheus"
+    fenced = "networkPolicy.apiFrom[0].podSelector.matchLabels.app=gateway"
+    docs = render(sets=(scraper, fenced))
+    node = by_kind(docs, "NetworkPolicy", "node")["spec"]["ingress"]
+    assert {"from": [prometheus], "ports": [{"protocol": "TCP", "port": 8090}]} in node
+    api = by_kind(docs, "NetworkPolicy", "api")["spec"]["ingress"]
+    assert {"from": [prometheus], "ports": [{"protocol": "TCP", "port": 8080}]} in api
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+    open_api = by_kind(render(sets=(scraper,)), "NetworkPolicy", "api")["spec"]["ingress"]
+    assert len(open_api) == 1 and "from" not in open_api[0]
+
+
+def notes(*values: Path, sets: tuple[str, ...] = ()) -> str:
+    """NOTES.txt as `helm install` prints it (a client-side dry run: no cluster)."""
+    args = [str(HELM), "install", "space", str(CHART), "--namespace", "space"]
+    args += ["--dry-run=client"]
+    for path in values:
+        args += ["--values", str(path)]
+    for item in sets:
+        args += ["--set", item]
+    done = subprocess.run(args, check=True, capture_output=True, text=True, timeout=60)
+    return done.stdout.split("NOTES:\n", 1)[1]
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_notes_say_how_to_reach_the_api_get_the_admin_key_and_keep_the_keys(name: str) -> None:
+    text = notes(*VALUES[name])
+    if name == "eks":
+        assert "get service space-api" in text  # a LoadBalancer
+        assert "get secret space-bootstrap-key" in text and "SPACE_API_KEY" in text
+    else:
+        assert "port-forward service/space-api 8080:80 8081:8081" in text
+        assert "cat /var/lib/space/admin.key" in text
+    assert "Secret space-credential-keys" in text and "Back it" in text
+    behind = notes(*VALUES[name], sets=("ingress.enabled=true", "ingress.host=sb.example.com"))
+    assert "http://sb.example.com/" in behind and "*.sb.example.com" in behind
+
+
+def schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    return loaded
+
+
+def test_the_values_schema_types_every_top_level_value_the_templates_read() -> None:
+    typed = set(schema()["properties"])
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(defaults) == typed
+    read = set()
+    for template in (CHART / "templates").iterdir():
+        read |= set(re.findall(r"\.Values\.(\w+)", template.read_text()))
+    assert read <= typed, read - typed
+
+
+@pytest.mark.parametrize(
+    ("item", "where"),
+    [
+        ("node.warmPools=3", "/node/warmPools"),
+        ("node.warmPools.base=two", "/node/warmPools/base"),
+        ("api.replicas=two", "/api/replicas"),
+        ("ingress.enabled=yes", "/ingress/enabled"),
+        ("node.accel=hvf", "/node/accel"),
+        ("api.ingressPort=70000", "/api/ingressPort"),
+    ],
+)
+def test_helm_refuses_a_value_of_the_wrong_type(item: str, where: str) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as refused:
+        render(sets=(item,))
+    assert "schema" in refused.value.stderr and where in refused.value.stderr
+
+
+@pytest.mark.parametrize("name", sorted(VALUES))
+def test_disruption_budgets_cover_the_api_and_the_controller(name: str) -> None:
+    """Each budget selects exactly its Deployment's pods; nodes roll one at a time."""
+    docs = render(*VALUES[name])
+    budgets = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "PodDisruptionBudget"}
+    assert sorted(budgets) == ["space-api", "space-controller"]
+    for component in ("api", "controller"):
+        budget = budgets[f"space-{component}"]
+        workload = by_kind(docs, "Deployment", component)
+        assert budget["selector"] == workload["spec"]["selector"]
+        assert budget["selector"]["matchLabels"].items() <= (
+            workload["spec"]["template"]["metadata"]["labels"].items()
+        )
+        assert 0 < budget["minAvailable"] < workload["spec"]["replicas"]
+    node = by_kind(docs, "DaemonSet", "node")["spec"]["updateStrategy"]
+    assert node["rollingUpdate"]["maxUnavailable"] == 1

@@ -60,48 +60,69 @@ app.kubernetes.io/component: {{ .component }}
 {{- .Values.nodeSigningKey.existingConfigMap | default (printf "%s-node-trust-key" (include "space.fullname" .)) -}}
 {{- end -}}
 
-{{/* The API's and controller's credential for the nodes: the env. */}}
-{{- define "space.nodeClientEnv" -}}
-{{- if eq (include "space.nodeAuth" .) "signed" -}}
-- name: SPACE_CLUSTER_NODE_SIGNING_KEY_FILE
-  value: /run/space-signing/signing-key.pem
-{{- else -}}
-{{- include "space.nodeTokenEnv" (dict "root" . "name" "SPACE_CLUSTER_NODE_TOKEN") }}
-{{- end -}}
+{{- define "space.credentialKeysSecret" -}}
+{{- .Values.credentials.existingSecret | default (printf "%s-credential-keys" (include "space.fullname" .)) -}}
 {{- end -}}
 
-{{/* `nodeAuth: signed`: an init container copies the key from its Secret into a memory
-volume as a 0600 file of the container's user (a Secret volume's files are group-readable
-under the pod's fsGroup, which SPACE refuses for a key). */}}
-{{- define "space.nodeClientInit" -}}
-{{- if eq (include "space.nodeAuth" .) "signed" -}}
+{{/* The API's and controller's key files: the node signing key (`nodeAuth: signed`) and
+the credential keys every one of them must share. An init container copies each from its
+Secret into the memory volume `keys` as a 0600 file of the container's user (a Secret
+volume's files are group-readable under the pod's fsGroup, which SPACE refuses for a key).
+One row per file: the Secret volume, the file in it, the file in `keys`, the setting. */}}
+{{- define "space.keyFiles" -}}
+{{- if eq (include "space.nodeAuth" .) "signed" }}
+- {from: node-signing-secret, key: key, file: signing-key.pem, env: SPACE_CLUSTER_NODE_SIGNING_KEY_FILE}
+{{- end }}
+- {from: credential-keys-secret, key: credentials.key, file: credentials.key, env: SPACE_CREDENTIALS_KEY_FILE}
+- {from: credential-keys-secret, key: credentials-placeholder.key, file: credentials-placeholder.key, env: SPACE_CREDENTIALS_PLACEHOLDER_KEY_FILE}
+{{- end -}}
+
+{{/* The API's and controller's env: where each key file is, and the node token in
+`nodeAuth: token`. */}}
+{{- define "space.controlPlaneEnv" -}}
+{{- range include "space.keyFiles" . | fromYamlArray }}
+- name: {{ .env }}
+  value: /run/space-keys/{{ .file }}
+{{- end }}
+{{- if eq (include "space.nodeAuth" .) "token" }}
+{{ include "space.nodeTokenEnv" (dict "root" . "name" "SPACE_CLUSTER_NODE_TOKEN") }}
+{{- end }}
+{{- end -}}
+
+{{- define "space.controlPlaneInit" -}}
+{{- $copies := list "umask 077" -}}
+{{- range include "space.keyFiles" . | fromYamlArray -}}
+{{- $copies = append $copies (printf "cat /etc/space/%s/%s > /run/space-keys/%s" .from .key .file) -}}
+{{- end -}}
 initContainers:
-  - name: node-signing-key
+  - name: keys
     image: {{ include "space.image" . }}
     imagePullPolicy: {{ .Values.image.pullPolicy }}
-    command: ["sh", "-c", "umask 077 && cat /etc/space/node-signing-secret/key > /run/space-signing/signing-key.pem"]
+    command: ["sh", "-c", {{ join " && " $copies | quote }}]
     resources:
       requests: {cpu: 10m, memory: 16Mi}
       limits: {cpu: 100m, memory: 64Mi}
     {{- include "space.restricted" . | nindent 4 }}
     volumeMounts:
+      {{- if eq (include "space.nodeAuth" .) "signed" }}
       - name: node-signing-secret
         mountPath: /etc/space/node-signing-secret
         readOnly: true
-      - name: node-signing
-        mountPath: /run/space-signing
-{{- end -}}
+      {{- end }}
+      - name: credential-keys-secret
+        mountPath: /etc/space/credential-keys-secret
+        readOnly: true
+      - name: keys
+        mountPath: /run/space-keys
 {{- end -}}
 
-{{- define "space.nodeClientMounts" -}}
-{{- if eq (include "space.nodeAuth" .) "signed" -}}
-- name: node-signing
-  mountPath: /run/space-signing
+{{- define "space.controlPlaneMounts" -}}
+- name: keys
+  mountPath: /run/space-keys
   readOnly: true
 {{- end -}}
-{{- end -}}
 
-{{- define "space.nodeClientVolumes" -}}
+{{- define "space.controlPlaneVolumes" -}}
 {{- if eq (include "space.nodeAuth" .) "signed" -}}
 - name: node-signing-secret
   secret:
@@ -110,11 +131,20 @@ initContainers:
     items:
       - key: {{ .Values.nodeSigningKey.existingSecretKey }}
         path: key
-- name: node-signing
+{{ end -}}
+- name: credential-keys-secret
+  secret:
+    secretName: {{ include "space.credentialKeysSecret" . }}
+    defaultMode: 256
+    items:
+      - key: {{ .Values.credentials.existingSecretKeys.sealing }}
+        path: credentials.key
+      - key: {{ .Values.credentials.existingSecretKeys.placeholder }}
+        path: credentials-placeholder.key
+- name: keys
   emptyDir:
     medium: Memory
     sizeLimit: 1Mi
-{{- end -}}
 {{- end -}}
 
 {{/* A node's credential: the env, the mount and the volume. */}}
@@ -190,6 +220,21 @@ persistentVolumeClaim:
 - name: {{ $name }}
   value: {{ $value | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* Prometheus scrape annotations for a pod serving /metrics on `port`. */}}
+{{- define "space.scrapeAnnotations" -}}
+{{- if .root.Values.metrics.scrapeAnnotations -}}
+annotations:
+  prometheus.io/scrape: "true"
+  prometheus.io/port: {{ .port | quote }}
+  prometheus.io/path: /metrics
+{{- end -}}
+{{- end -}}
+
+{{/* The API's sandbox URL domain (SPACE_PUBLIC_DOMAIN), empty for SPACE's default. */}}
+{{- define "space.publicDomain" -}}
+{{- .Values.api.publicDomain | default (ternary .Values.ingress.host "" .Values.ingress.enabled) -}}
 {{- end -}}
 
 {{/* A restricted, non-root container (api, controller). */}}
