@@ -223,13 +223,7 @@ def test_each_components_environment_is_valid_settings(
         "node": by_kind(docs, "DaemonSet", "node"),
     }
     for component, workload in workloads.items():
-        with monkeypatch.context() as patch:
-            for key in [k for k in os.environ if k.startswith("SPACE_")]:
-                patch.delenv(key)
-            for key, value in env(workload).items():
-                if isinstance(value, str):
-                    patch.setenv(key, value)
-            settings = Settings()
+        settings = settings_of(workload, monkeypatch)
         assert settings.data_dir == Path("/var/lib/space"), component
         if component == "node":
             warm = json.loads(env(workload)["SPACE_NODE_WARM_POOL"])
@@ -488,8 +482,8 @@ def test_own_credential_keys_secret_is_used() -> None:
         kubernetes_validate.validate(doc, KUBERNETES, strict=True)
 
 
-def api_settings(workload: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """`Settings` as the API container's plain env values make them."""
+def settings_of(workload: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """`Settings` as the container's plain env values make them."""
     with monkeypatch.context() as patch:
         for key in [k for k in os.environ if k.startswith("SPACE_")]:
             patch.delenv(key)
@@ -544,7 +538,7 @@ def test_an_ingress_routes_the_api_host_and_sandbox_urls(monkeypatch: pytest.Mon
     assert service_ports == {"http", "ingress"}
     api = by_kind(docs, "Deployment", "api")
     assert env(api)["SPACE_PUBLIC_DOMAIN"] == "space.example.com"
-    assert api_settings(api, monkeypatch).ingress.domain == "space.example.com"
+    assert settings_of(api, monkeypatch).ingress.domain == "space.example.com"
     plain = by_kind(render(sets=on), "Ingress", "api")["spec"]
     assert "tls" not in plain and "ingressClassName" not in plain
     own = render(sets=(*on, "api.publicDomain=sb.example.net"))
