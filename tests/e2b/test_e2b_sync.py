@@ -189,12 +189,14 @@ def test_metrics_probe_parsing() -> None:
         "cpu  150 0 150 750 150 0 0 0 0 0\n"
         "MemTotal:         251000 kB\n"
         "MemAvailable:     200000 kB\n"
+        "Cached:            30000 kB\n"
         "/dev/vda 1000 400 600 40% /\n"
         "1\n"
     )
     metric = metrics.parse(output, datetime(2026, 1, 1, tzinfo=UTC))
     assert metric["cpuUsedPct"] == 50.0
     assert (metric["memTotal"], metric["memUsed"]) == (251000 * 1024, 51000 * 1024)
+    assert metric["memCache"] == 30000 * 1024  # e2b 2.63 requires it (KeyError without)
     assert (metric["diskTotal"], metric["diskUsed"], metric["cpuCount"]) == (1024000, 409600, 1)
     assert metric["timestamp"] == "2026-01-01T00:00:00Z"
 
