@@ -66,6 +66,10 @@ def test_list_by_start_time_template_and_order() -> None:
     assert not newest_first.has_next
     listed = [s.sandbox_id for page in pages for s in page]
     assert listed == [s.sandbox_id for s in reversed(made)]
+    oldest_first = Sandbox.list(query=query, order="asc").next_items()
+    assert [s.sandbox_id for s in oldest_first] == [s.sandbox_id for s in made]
+    by_default = Sandbox.list(query=query).next_items()
+    assert [s.sandbox_id for s in by_default] == listed  # newest first, as E2B
     assert Sandbox.list(query=SandboxQuery(template="nope")).next_items() == []
     later = SandboxQuery(started_after=datetime.now(UTC) + timedelta(hours=1))
     assert Sandbox.list(query=later).next_items() == []

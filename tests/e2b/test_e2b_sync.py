@@ -120,6 +120,7 @@ def test_pty(fake_node: FakeNode) -> None:
 
 
 def test_list_filters_pages_and_info(e2b_env: ServerThread) -> None:
+    """Newest first by default, as E2B lists."""
     tagged = [Sandbox.create(metadata={"job": "x y", "n": str(i)}) for i in range(3)]
     Sandbox.create(metadata={"job": "other"})
     paginator = Sandbox.list(query=SandboxQuery(metadata={"job": "x y"}), limit=2)
@@ -127,7 +128,7 @@ def test_list_filters_pages_and_info(e2b_env: ServerThread) -> None:
     assert len(first) == 2 and paginator.has_next
     second = paginator.next_items()
     assert not paginator.has_next
-    assert {s.sandbox_id for s in first + second} == {s.sandbox_id for s in tagged}
+    assert [s.sandbox_id for s in first + second] == [s.sandbox_id for s in reversed(tagged)]
     info = tagged[0].get_info()
     assert info.metadata == {"job": "x y", "n": "0"} and info.state.value == "running"
     before = info.end_at
