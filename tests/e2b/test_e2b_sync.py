@@ -89,6 +89,8 @@ def test_files_roundtrip(fake_node: FakeNode) -> None:
     assert sandbox.files.get_info("/root/d/hi.txt").size == 5
     sandbox.files.remove("/root/d/hi.txt")
     assert not sandbox.files.exists("/root/d/hi.txt")
+    sandbox.files.remove("/root/d/hi.txt")  # gone already: nothing to do, as in E2B
+    sandbox.files.remove("/root/no/such/dir")
     with pytest.raises(NotFoundException):
         sandbox.files.read("/root/d/hi.txt")
 

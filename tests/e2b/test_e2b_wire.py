@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import ServerThread
+from tests.control.fakes import FakeNode
 
 
 def envelope(message: dict[str, Any]) -> bytes:
@@ -135,3 +136,24 @@ def test_a_downloaded_file_is_an_attachment_a_browser_never_renders(
     assert got.headers["content-disposition"] == (
         "attachment; filename=\"x_.html\"; filename*=UTF-8''x%22.html"
     )
+
+
+def test_removing_a_missing_path_succeeds_and_other_failures_stay_errors(
+    server: ServerThread,
+    sandbox: tuple[str, str],
+    fake_node: FakeNode,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """envd removes with `os.RemoveAll`: nothing there is nothing to do."""
+    _, token = sandbox
+    remove = f"{server.url}/filesystem.Filesystem/Remove"
+    headers = {"X-Access-Token": token}
+    gone = httpx.post(remove, json={"path": "/root/nope"}, headers=headers)
+    assert (gone.status_code, gone.json()) == (200, {})
+
+    async def refused(sandbox_id: str, path: str) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(fake_node, "remove", refused)
+    denied = httpx.post(remove, json={"path": "/root/x"}, headers=headers)
+    assert (denied.status_code, denied.json()["code"]) == (403, "permission_denied")
