@@ -135,3 +135,18 @@ def test_lists_are_newest_first_unless_asked(
     assert listed("/sandboxes") == made[::-1]
     assert listed("/v2/sandboxes", order="desc") == made[::-1]
     assert listed("/v2/sandboxes", order="asc") == made
+
+
+def test_a_snapshot_name_may_hold_an_underscore_as_in_e2b(
+    server: ServerThread, make_key: Callable[..., str], fake_node: FakeNode
+) -> None:
+    acme = {"X-API-KEY": make_key("acme")}
+    created = httpx.post(f"{server.url}/sandboxes", json={"templateID": "base"}, headers=acme)
+    snapshots = f"{server.url}/sandboxes/{created.json()['sandboxID']}/snapshots"
+    made = httpx.post(snapshots, json={"name": "my_app-1", "memory": False}, headers=acme)
+    assert made.status_code == 201, made.text
+    assert made.json() == {"snapshotID": "my_app-1", "names": ["my_app-1"]}
+    assert "my_app-1" in fake_node.built
+    for bad in ("_x", "My_App", "a.b", "a" * 64):
+        refused = httpx.post(snapshots, json={"name": bad, "memory": False}, headers=acme)
+        assert refused.status_code == 422, (bad, refused.text)
