@@ -9,7 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from e2b import AsyncSandbox, AsyncVolume, Sandbox, SandboxQuery, Template, Volume
-from e2b.exceptions import SandboxException, VolumeException, VolumeNotFoundException
+from e2b.exceptions import (
+    SandboxException,
+    SandboxNotRunningException,
+    VolumeException,
+    VolumeNotFoundException,
+)
 
 from space.store.db import Database
 from space.store.sandboxes import SandboxRepo
@@ -53,6 +58,17 @@ async def test_async_network_update_on_a_running_sandbox(fake_node: FakeNode, db
     await sandbox.update_network({"allow_internet_access": False})
     assert fake_node.policies[sandbox.sandbox_id] == {"mode": "none", "allow": [], "deny": []}
     await sandbox.kill()
+
+
+def test_a_paused_sandbox_is_not_running_to_the_sdk() -> None:
+    """2.63 tells "not running" from "unreachable" by E2B's words "was not found"."""
+    sandbox = Sandbox.create()
+    sandbox.pause()
+    assert not sandbox.is_running()
+    with pytest.raises(SandboxNotRunningException):
+        sandbox.commands.run("true")
+    with pytest.raises(SandboxNotRunningException):
+        sandbox.files.read("/etc/hostname")
 
 
 def test_list_by_start_time_template_and_order() -> None:

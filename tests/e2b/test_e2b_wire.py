@@ -157,3 +157,21 @@ def test_removing_a_missing_path_succeeds_and_other_failures_stay_errors(
     monkeypatch.setattr(fake_node, "remove", refused)
     denied = httpx.post(remove, json={"path": "/root/x"}, headers=headers)
     assert (denied.status_code, denied.json()["code"]) == (403, "permission_denied")
+
+
+def test_a_sandbox_not_running_is_not_found_in_e2bs_words(
+    server: ServerThread, sandbox: tuple[str, str], make_key: Callable[..., str]
+) -> None:
+    """E2B's SDK takes a sandbox for gone (killed, paused, timed out) when the answer
+    says "was not found"; other words make it an unreachable sandbox of unknown state."""
+    sandbox_id, token = sandbox
+    paused = httpx.post(
+        f"{server.url}/sandboxes/{sandbox_id}/pause", headers={"X-API-KEY": make_key("acme")}
+    )
+    assert paused.status_code == 204, paused.text
+    headers = {"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": token}
+    health = httpx.get(f"{server.url}/health", headers=headers)
+    assert health.status_code == 502 and "was not found" in health.json()["message"]
+    listed = httpx.post(f"{server.url}/process.Process/List", json={}, headers=headers)
+    assert listed.json()["code"] == "unavailable"
+    assert "was not found" in listed.json()["message"]
