@@ -71,6 +71,14 @@ def test_a_paused_sandbox_is_not_running_to_the_sdk() -> None:
         sandbox.files.read("/etc/hostname")
 
 
+def test_close_stdin_ends_a_commands_input() -> None:
+    sandbox = Sandbox.create()
+    handle = sandbox.commands.run("cat", background=True, stdin=True)
+    sandbox.commands.send_stdin(handle.pid, "ping\n")
+    sandbox.commands.close_stdin(handle.pid)
+    assert handle.wait().stdout == "ping\n"
+
+
 def test_list_by_start_time_template_and_order() -> None:
     before = datetime.now(UTC) - timedelta(seconds=1)
     made = [Sandbox.create(metadata={"suite": "v2list"}) for _ in range(3)]

@@ -175,3 +175,29 @@ def test_a_sandbox_not_running_is_not_found_in_e2bs_words(
     listed = httpx.post(f"{server.url}/process.Process/List", json={}, headers=headers)
     assert listed.json()["code"] == "unavailable"
     assert "was not found" in listed.json()["message"]
+
+
+def test_close_stdin_ends_the_input(server: ServerThread, sandbox: tuple[str, str]) -> None:
+    """envd's CloseStdin: `cat` reads EOF and exits 0 with what it was sent."""
+    _, token = sandbox
+    headers = {**STREAM, "X-Access-Token": token}
+    start = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "cat"]}, "stdin": True}
+    with httpx.stream(
+        "POST", f"{server.url}/process.Process/Start", content=envelope(start), headers=headers
+    ) as response:
+        stream = frames(response)
+        pid = next(stream)[1]["event"]["start"]["pid"]
+        unary = {"X-Access-Token": token}
+        process = f"{server.url}/process.Process"
+        sent = {"process": {"pid": pid}, "input": {"stdin": base64.b64encode(b"hi\n").decode()}}
+        assert httpx.post(f"{process}/SendInput", json=sent, headers=unary).status_code == 200
+        closed = httpx.post(f"{process}/CloseStdin", json={"process": {"pid": pid}}, headers=unary)
+        assert (closed.status_code, closed.json()) == (200, {})
+        rest = [frame for frame in stream if "keepalive" not in frame[1].get("event", {})]
+    assert rest == [
+        (0, {"event": {"data": {"stdout": base64.b64encode(b"hi\n").decode()}}}),
+        (0, {"event": {"end": {"exitCode": 0, "exited": True, "status": "exit status 0"}}}),
+        (2, {}),
+    ]
+    gone = httpx.post(f"{process}/CloseStdin", json={"process": {"pid": pid}}, headers=unary)
+    assert gone.json()["code"] == "not_found"
