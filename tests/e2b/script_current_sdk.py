@@ -146,6 +146,8 @@ def test_a_filesystem_snapshot_is_a_template_of_the_org(fake_node: FakeNode) -> 
     assert "kept" in fake_node.built
     listed = Sandbox.list_snapshots(name="kept").next_items()
     assert [s.snapshot_id for s in listed] == ["kept"]
+    underscored = sandbox.create_snapshot("kept_too", mode="filesystem")  # E2B allows '_'
+    assert underscored.names == ["kept_too"]
     unnamed = sandbox.create_snapshot(mode="filesystem")
     assert unnamed.snapshot_id.startswith("snap-")
     started = Sandbox.create(info.snapshot_id)
