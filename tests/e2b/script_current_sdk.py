@@ -9,7 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from e2b import AsyncSandbox, AsyncVolume, Sandbox, SandboxQuery, Template, Volume
-from e2b.exceptions import SandboxException, VolumeException, VolumeNotFoundException
+from e2b.exceptions import (
+    SandboxException,
+    SandboxNotRunningException,
+    VolumeException,
+    VolumeNotFoundException,
+)
 
 from space.store.db import Database
 from space.store.sandboxes import SandboxRepo
@@ -55,6 +60,25 @@ async def test_async_network_update_on_a_running_sandbox(fake_node: FakeNode, db
     await sandbox.kill()
 
 
+def test_a_paused_sandbox_is_not_running_to_the_sdk() -> None:
+    """2.63 tells "not running" from "unreachable" by E2B's words "was not found"."""
+    sandbox = Sandbox.create()
+    sandbox.pause()
+    assert not sandbox.is_running()
+    with pytest.raises(SandboxNotRunningException):
+        sandbox.commands.run("true")
+    with pytest.raises(SandboxNotRunningException):
+        sandbox.files.read("/etc/hostname")
+
+
+def test_close_stdin_ends_a_commands_input() -> None:
+    sandbox = Sandbox.create()
+    handle = sandbox.commands.run("cat", background=True, stdin=True)
+    sandbox.commands.send_stdin(handle.pid, "ping\n")
+    sandbox.commands.close_stdin(handle.pid)
+    assert handle.wait().stdout == "ping\n"
+
+
 def test_list_by_start_time_template_and_order() -> None:
     before = datetime.now(UTC) - timedelta(seconds=1)
     made = [Sandbox.create(metadata={"suite": "v2list"}) for _ in range(3)]
@@ -66,6 +90,10 @@ def test_list_by_start_time_template_and_order() -> None:
     assert not newest_first.has_next
     listed = [s.sandbox_id for page in pages for s in page]
     assert listed == [s.sandbox_id for s in reversed(made)]
+    oldest_first = Sandbox.list(query=query, order="asc").next_items()
+    assert [s.sandbox_id for s in oldest_first] == [s.sandbox_id for s in made]
+    by_default = Sandbox.list(query=query).next_items()
+    assert [s.sandbox_id for s in by_default] == listed  # newest first, as E2B
     assert Sandbox.list(query=SandboxQuery(template="nope")).next_items() == []
     later = SandboxQuery(started_after=datetime.now(UTC) + timedelta(hours=1))
     assert Sandbox.list(query=later).next_items() == []
@@ -118,6 +146,8 @@ def test_a_filesystem_snapshot_is_a_template_of_the_org(fake_node: FakeNode) -> 
     assert "kept" in fake_node.built
     listed = Sandbox.list_snapshots(name="kept").next_items()
     assert [s.snapshot_id for s in listed] == ["kept"]
+    underscored = sandbox.create_snapshot("kept_too", mode="filesystem")  # E2B allows '_'
+    assert underscored.names == ["kept_too"]
     unnamed = sandbox.create_snapshot(mode="filesystem")
     assert unnamed.snapshot_id.startswith("snap-")
     started = Sandbox.create(info.snapshot_id)

@@ -112,3 +112,41 @@ def test_https_ports_reach_the_sandbox_urls(
         headers=acme,
     )
     assert bad.status_code in (400, 422) and "httpsPorts" in bad.text, bad.text
+
+
+def test_lists_are_newest_first_unless_asked(
+    server: ServerThread, make_key: Callable[..., str]
+) -> None:
+    """E2B lists newest first; `order=asc` still pages oldest first."""
+    acme = {"X-API-KEY": make_key("acme")}
+    made = [
+        httpx.post(f"{server.url}/sandboxes", json={"templateID": "base"}, headers=acme).json()[
+            "sandboxID"
+        ]
+        for _ in range(3)
+    ]
+
+    def listed(path: str, **params: str) -> list[str]:
+        response = httpx.get(f"{server.url}{path}", params=params, headers=acme)
+        assert response.status_code == 200, response.text
+        return [entry["sandboxID"] for entry in response.json()]
+
+    assert listed("/v2/sandboxes") == made[::-1]
+    assert listed("/sandboxes") == made[::-1]
+    assert listed("/v2/sandboxes", order="desc") == made[::-1]
+    assert listed("/v2/sandboxes", order="asc") == made
+
+
+def test_a_snapshot_name_may_hold_an_underscore_as_in_e2b(
+    server: ServerThread, make_key: Callable[..., str], fake_node: FakeNode
+) -> None:
+    acme = {"X-API-KEY": make_key("acme")}
+    created = httpx.post(f"{server.url}/sandboxes", json={"templateID": "base"}, headers=acme)
+    snapshots = f"{server.url}/sandboxes/{created.json()['sandboxID']}/snapshots"
+    made = httpx.post(snapshots, json={"name": "my_app-1", "memory": False}, headers=acme)
+    assert made.status_code == 201, made.text
+    assert made.json() == {"snapshotID": "my_app-1", "names": ["my_app-1"]}
+    assert "my_app-1" in fake_node.built
+    for bad in ("_x", "My_App", "a.b", "a" * 64):
+        refused = httpx.post(snapshots, json={"name": bad, "memory": False}, headers=acme)
+        assert refused.status_code == 422, (bad, refused.text)

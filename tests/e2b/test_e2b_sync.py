@@ -89,6 +89,8 @@ def test_files_roundtrip(fake_node: FakeNode) -> None:
     assert sandbox.files.get_info("/root/d/hi.txt").size == 5
     sandbox.files.remove("/root/d/hi.txt")
     assert not sandbox.files.exists("/root/d/hi.txt")
+    sandbox.files.remove("/root/d/hi.txt")  # gone already: nothing to do, as in E2B
+    sandbox.files.remove("/root/no/such/dir")
     with pytest.raises(NotFoundException):
         sandbox.files.read("/root/d/hi.txt")
 
@@ -120,6 +122,7 @@ def test_pty(fake_node: FakeNode) -> None:
 
 
 def test_list_filters_pages_and_info(e2b_env: ServerThread) -> None:
+    """Newest first by default, as E2B lists."""
     tagged = [Sandbox.create(metadata={"job": "x y", "n": str(i)}) for i in range(3)]
     Sandbox.create(metadata={"job": "other"})
     paginator = Sandbox.list(query=SandboxQuery(metadata={"job": "x y"}), limit=2)
@@ -127,7 +130,7 @@ def test_list_filters_pages_and_info(e2b_env: ServerThread) -> None:
     assert len(first) == 2 and paginator.has_next
     second = paginator.next_items()
     assert not paginator.has_next
-    assert {s.sandbox_id for s in first + second} == {s.sandbox_id for s in tagged}
+    assert [s.sandbox_id for s in first + second] == [s.sandbox_id for s in reversed(tagged)]
     info = tagged[0].get_info()
     assert info.metadata == {"job": "x y", "n": "0"} and info.state.value == "running"
     before = info.end_at
@@ -189,12 +192,14 @@ def test_metrics_probe_parsing() -> None:
         "cpu  150 0 150 750 150 0 0 0 0 0\n"
         "MemTotal:         251000 kB\n"
         "MemAvailable:     200000 kB\n"
+        "Cached:            30000 kB\n"
         "/dev/vda 1000 400 600 40% /\n"
         "1\n"
     )
     metric = metrics.parse(output, datetime(2026, 1, 1, tzinfo=UTC))
     assert metric["cpuUsedPct"] == 50.0
     assert (metric["memTotal"], metric["memUsed"]) == (251000 * 1024, 51000 * 1024)
+    assert metric["memCache"] == 30000 * 1024  # e2b 2.63 requires it (KeyError without)
     assert (metric["diskTotal"], metric["diskUsed"], metric["cpuCount"]) == (1024000, 409600, 1)
     assert metric["timestamp"] == "2026-01-01T00:00:00Z"
 

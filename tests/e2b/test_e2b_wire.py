@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import ServerThread
+from tests.control.fakes import FakeNode
 
 
 def envelope(message: dict[str, Any]) -> bytes:
@@ -135,3 +136,68 @@ def test_a_downloaded_file_is_an_attachment_a_browser_never_renders(
     assert got.headers["content-disposition"] == (
         "attachment; filename=\"x_.html\"; filename*=UTF-8''x%22.html"
     )
+
+
+def test_removing_a_missing_path_succeeds_and_other_failures_stay_errors(
+    server: ServerThread,
+    sandbox: tuple[str, str],
+    fake_node: FakeNode,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """envd removes with `os.RemoveAll`: nothing there is nothing to do."""
+    _, token = sandbox
+    remove = f"{server.url}/filesystem.Filesystem/Remove"
+    headers = {"X-Access-Token": token}
+    gone = httpx.post(remove, json={"path": "/root/nope"}, headers=headers)
+    assert (gone.status_code, gone.json()) == (200, {})
+
+    async def refused(sandbox_id: str, path: str) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(fake_node, "remove", refused)
+    denied = httpx.post(remove, json={"path": "/root/x"}, headers=headers)
+    assert (denied.status_code, denied.json()["code"]) == (403, "permission_denied")
+
+
+def test_a_sandbox_not_running_is_not_found_in_e2bs_words(
+    server: ServerThread, sandbox: tuple[str, str], make_key: Callable[..., str]
+) -> None:
+    """E2B's SDK takes a sandbox for gone (killed, paused, timed out) when the answer
+    says "was not found"; other words make it an unreachable sandbox of unknown state."""
+    sandbox_id, token = sandbox
+    paused = httpx.post(
+        f"{server.url}/sandboxes/{sandbox_id}/pause", headers={"X-API-KEY": make_key("acme")}
+    )
+    assert paused.status_code == 204, paused.text
+    headers = {"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": token}
+    health = httpx.get(f"{server.url}/health", headers=headers)
+    assert health.status_code == 502 and "was not found" in health.json()["message"]
+    listed = httpx.post(f"{server.url}/process.Process/List", json={}, headers=headers)
+    assert listed.json()["code"] == "unavailable"
+    assert "was not found" in listed.json()["message"]
+
+
+def test_close_stdin_ends_the_input(server: ServerThread, sandbox: tuple[str, str]) -> None:
+    """envd's CloseStdin: `cat` reads EOF and exits 0 with what it was sent."""
+    _, token = sandbox
+    headers = {**STREAM, "X-Access-Token": token}
+    start = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "cat"]}, "stdin": True}
+    with httpx.stream(
+        "POST", f"{server.url}/process.Process/Start", content=envelope(start), headers=headers
+    ) as response:
+        stream = frames(response)
+        pid = next(stream)[1]["event"]["start"]["pid"]
+        unary = {"X-Access-Token": token}
+        process = f"{server.url}/process.Process"
+        sent = {"process": {"pid": pid}, "input": {"stdin": base64.b64encode(b"hi\n").decode()}}
+        assert httpx.post(f"{process}/SendInput", json=sent, headers=unary).status_code == 200
+        closed = httpx.post(f"{process}/CloseStdin", json={"process": {"pid": pid}}, headers=unary)
+        assert (closed.status_code, closed.json()) == (200, {})
+        rest = [frame for frame in stream if "keepalive" not in frame[1].get("event", {})]
+    assert rest == [
+        (0, {"event": {"data": {"stdout": base64.b64encode(b"hi\n").decode()}}}),
+        (0, {"event": {"end": {"exitCode": 0, "exited": True, "status": "exit status 0"}}}),
+        (2, {}),
+    ]
+    gone = httpx.post(f"{process}/CloseStdin", json={"process": {"pid": pid}}, headers=unary)
+    assert gone.json()["code"] == "not_found"

@@ -117,10 +117,17 @@ async def test_the_catalog_serves_imported_templates_next_to_built_in_ones(tmp_p
         await catalog.image("nope")
 
 
-@pytest.mark.parametrize("name", ["Bad", "-x", "a" * 64, "a_b", ""])
+@pytest.mark.parametrize("name", ["Bad", "-x", "_x", "a" * 64, "a.b", "a/b", ""])
 def test_bad_names_are_refused(tmp_path: Path, name: str) -> None:
     with pytest.raises(ImageError, match="template name"):
         import_template(tmp_path, name, _archive(tmp_path))
+
+
+def test_a_name_may_hold_an_underscore_as_e2bs_snapshot_names_do(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    imported = import_template(cache, "my_app-2", _archive(tmp_path))
+    assert Registry(cache).names() == ["my_app-2"]
+    assert Registry(cache).newest("my_app-2") == imported.version
 
 
 def test_a_built_in_name_is_never_clobbered(tmp_path: Path) -> None:

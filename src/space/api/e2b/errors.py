@@ -16,7 +16,7 @@ routes and envd's `/files` and `/health`; one table maps SPACE's errors onto it.
     PermissionError                  403
     store.InvalidTransition, StaleGeneration            409
     control.NotSupported             501
-    SandboxNotRunning, node errors, control.NodeFailed  502 (envd: "sandbox not found")
+    SandboxNotRunning, node errors, control.NodeFailed  502 (envd: "... was not found")
     control.NodeUnavailable          503
     store.DatabaseUnavailable        503 (with `Retry-After`)
     TimeoutError                     504

@@ -90,9 +90,14 @@ async def list_dir(request: Request, target: EnvdDep, state: StateDep) -> Respon
 
 @router.post("/Remove")
 async def remove(request: Request, target: EnvdDep, state: StateDep) -> Response:
+    """A path that does not exist is removed already (envd's `os.RemoveAll`); any
+    other failure is still an error."""
     path = absolute((await read_unary(request, PathRequest)).path)
     async with asyncio.timeout(state.settings.timeouts.node_call):
-        await state.node.remove(target.sandbox_id, path)
+        try:
+            await state.node.remove(target.sandbox_id, path)
+        except FileNotFoundError:
+            pass
     return JSONResponse({})
 
 

@@ -81,6 +81,10 @@ class SendInputRequest(Message):
     input: ProcessInput = ProcessInput()
 
 
+class CloseStdinRequest(Message):
+    process: Selector
+
+
 class SendSignalRequest(Message):
     process: Selector
     signal: str | int = "SIGNAL_SIGKILL"

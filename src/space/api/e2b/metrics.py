@@ -2,7 +2,8 @@
 
 SPACE keeps no metric history for E2B's time range, so the answer is the
 current sample: CPU use over a quarter second from `/proc/stat`, memory from
-`/proc/meminfo`, the root file system from `df`.
+`/proc/meminfo` (used is total less available, as E2B's envd counts it; cache is
+`Cached`, the page cache), the root file system from `df`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from space.seam.values import ExecRequest
 
 PROBE = (
     "head -n1 /proc/stat; sleep 0.25; head -n1 /proc/stat; "
-    "grep -E '^(MemTotal|MemAvailable):' /proc/meminfo; df -kP / | tail -n1; nproc"
+    "grep -E '^(MemTotal|MemAvailable|Cached):' /proc/meminfo; df -kP / | tail -n1; nproc"
 )
 
 
@@ -30,17 +31,18 @@ def parse(output: str, now: datetime) -> dict[str, Any]:
     """The probe's output as E2B's `SandboxMetric`."""
     lines = output.splitlines()
     before, after = _cpu(lines[0]), _cpu(lines[1])
-    memory = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in lines[2:4]}
-    disk = lines[4].split()
+    memory = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in lines[2:-2]}
+    disk = lines[-2].split()
     total = sum(after) - sum(before)
     idle = (after[3] + after[4]) - (before[3] + before[4])
     return {
-        "cpuCount": int(lines[5]),
+        "cpuCount": int(lines[-1]),
         "cpuUsedPct": round(100.0 * (total - idle) / total, 2) if total > 0 else 0.0,
         "diskTotal": int(disk[1]) * 1024,
         "diskUsed": int(disk[2]) * 1024,
         "memTotal": memory["MemTotal"],
         "memUsed": memory["MemTotal"] - memory["MemAvailable"],
+        "memCache": memory.get("Cached", 0),
         "timestamp": now.isoformat().replace("+00:00", "Z"),
         "timestampUnix": int(now.timestamp()),
     }

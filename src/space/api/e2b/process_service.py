@@ -1,4 +1,5 @@
-"""`process.Process`: Start, Connect (server streams), List, SendInput, SendSignal, Update.
+"""`process.Process`: Start, Connect (server streams), List, SendInput, CloseStdin,
+SendSignal, Update.
 
 The envd front of the process registry both fronts share (`services.processes`):
 a process started through `/v1` commands is listed, followed, fed and signalled
@@ -25,6 +26,7 @@ from space.api.e2b.connect import (
 from space.api.e2b.front import E2bFront, EnvdDep, FrontDep
 from space.api.e2b.messages import (
     SIGNALS,
+    CloseStdinRequest,
     ConnectRequest,
     SendInputRequest,
     SendSignalRequest,
@@ -176,6 +178,16 @@ async def send_input(request: Request, target: EnvdDep, state: StateDep) -> Resp
     live = await _held(state, target.sandbox_id, body.process.pid, body.process.tag)
     async with asyncio.timeout(state.settings.timeouts.node_call):
         await live.handle.write_stdin(body.input.data())
+    return JSONResponse({})
+
+
+@router.post("/CloseStdin")
+async def close_stdin(request: Request, target: EnvdDep, state: StateDep) -> Response:
+    """End of input: the process reads EOF (2.63's `commands.close_stdin`)."""
+    body = await read_unary(request, CloseStdinRequest)
+    live = await _held(state, target.sandbox_id, body.process.pid, body.process.tag)
+    async with asyncio.timeout(state.settings.timeouts.node_call):
+        await live.handle.close_stdin()
     return JSONResponse({})
 
 

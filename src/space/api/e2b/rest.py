@@ -133,8 +133,10 @@ async def get(
 
 @router.get("/sandboxes")
 async def list_v1(principal: PrincipalDep, state: StateDep) -> JSONResponse:
+    """Newest first, as `/v2/sandboxes` by default."""
     names = volume_names(state.db, principal.org_id)
-    return JSONResponse(rendered(_listable(state, principal), lambda row: listed_json(row, names)))
+    rows = _listable(state, principal)[::-1]
+    return JSONResponse(rendered(rows, lambda row: listed_json(row, names)))
 
 
 @router.get("/v2/sandboxes")
@@ -143,14 +145,14 @@ async def list_v2(
     state: StateDep,
     metadata: str | None = None,
     states: Annotated[str | None, Query(alias="state")] = None,
-    order: Literal["asc", "desc"] = "asc",
+    order: Literal["asc", "desc"] = "desc",
     started_after: Annotated[datetime | None, Query(alias="startedAfter")] = None,
     template: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     next_token: Annotated[str | None, Query(alias="nextToken")] = None,
 ) -> JSONResponse:
-    """Filtered by metadata, state, start time and template, oldest first (`order`
-    `desc`: newest first), in pages of `limit` with `x-next-token`."""
+    """Filtered by metadata, state, start time and template, newest first as E2B
+    lists (`order` `asc`: oldest first), in pages of `limit` with `x-next-token`."""
     wanted_meta = _metadata_filter(metadata)
     wanted_states = set(states.split(",")) if states else {"running", "paused"}
     rows = _listable(state, principal)

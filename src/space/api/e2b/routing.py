@@ -35,7 +35,11 @@ class EnvdAuthError(Exception):
 
 
 class SandboxNotRunning(Exception):
-    """The sandbox is gone, paused or suspended (envd answers 502 / `unavailable`)."""
+    """The sandbox is gone, paused or suspended (envd answers 502 / `unavailable`).
+
+    Its message says "was not found", E2B's proxy's wording for a sandbox killed,
+    paused or past its timeout: the SDK tells a sandbox that is not running from one
+    it cannot reach by those words (`SandboxNotRunningException`)."""
 
 
 @dataclass(frozen=True)
@@ -138,4 +142,4 @@ def _row(repo: SandboxRepo, sandbox_id: str) -> Sandbox:
 
 def _require_running(row: Sandbox) -> None:
     if row.state != SandboxState.RUNNING.value:
-        raise SandboxNotRunning(f"sandbox {row.id} is {row.state}, not running")
+        raise SandboxNotRunning(f"sandbox {row.id} was not found: it is {row.state}, not running")

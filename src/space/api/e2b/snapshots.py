@@ -34,7 +34,8 @@ FILESYSTEM_ONLY = (
 class SnapshotIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    name: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    #: E2B's names take '_' too; the node's template names allow the same.
+    name: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
     memory: bool | None = None
 
 

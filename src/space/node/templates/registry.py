@@ -28,14 +28,16 @@ IMAGE_KIND = "oci-template"
 IMAGE_FILE = "image.json"
 ROOTFS_FILE = "rootfs.ext4"
 RECORD_VERSION = 1
-_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+#: E2B's snapshot names may hold '_' (`Sandbox.create_snapshot("my_app")`): the node
+#: takes them; `/v1`'s schemas still accept a-z, 0-9 and '-' only.
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 
 
 def check_name(name: str) -> str:
     if not _NAME.fullmatch(name):
         raise ImageError(
-            f"template name {name!r} must be 1-63 of a-z, 0-9 and '-', starting with a letter "
-            "or digit"
+            f"template name {name!r} must be 1-63 of a-z, 0-9, '-' and '_', starting with a "
+            "letter or digit"
         )
     return name
 
