@@ -223,6 +223,20 @@ async def test_a_silent_node_is_left_alone_and_a_lost_one_fails_its_sandboxes(
     assert gone.status_code == 404 or gone.json()["state"] == "deleted"
 
 
+async def test_a_delete_reaches_a_node_that_came_back_since_the_cluster_last_looked(
+    world: tuple[World, Cluster, httpx.AsyncClient],
+) -> None:
+    nodes, cluster, http = world
+    ids = [(await http.post("/v1/sandboxes", json={})).json()["id"] for _ in range(3)]
+    sandbox_id = next(sid for sid in ids if holder(nodes, sid) == "node-b")
+    lose(nodes, "node-b")
+    await cluster.refresh(force=True)  # this process saw it lost...
+    nodes.nodes["node-b"].silent = False
+    register(database(nodes), "node-b")  # ...and it is back, unseen
+    await cluster.destroy_sandbox(sandbox_id)
+    assert sandbox_id not in nodes.nodes["node-b"].vms
+
+
 def lose(world: World, name: str) -> None:
     nodes = world.nodes
     nodes[name].silent = True

@@ -478,10 +478,16 @@ class Cluster:
     # -- calls on one sandbox --------------------------------------------------------
 
     async def destroy_sandbox(self, sandbox_id: str) -> None:
+        """On the sandbox's node; nothing while that node is lost or gone (as the registry
+        says now: a returning node's leftover is an orphan the reconciler removes). A
+        node this process last saw lost but the registry has back is asked again."""
+        if await asyncio.to_thread(self._held_elsewhere, sandbox_id):
+            return
         try:
             node = self._on(sandbox_id)
         except SandboxUnavailable:
-            return  # its node is lost: nothing is left there to destroy
+            await self.refresh(force=True)  # it came back since this process last looked
+            node = self._on(sandbox_id)
         await node.destroy_sandbox(sandbox_id)
 
     async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
