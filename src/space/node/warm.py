@@ -122,8 +122,9 @@ class WarmPools:
                 self._wake.clear()
                 self._top_up()
                 await self._shrink()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), 1.0)
+                try:  # not wait_for: under 3.11 it can swallow the task's cancellation
+                    async with asyncio.timeout(1.0):
+                        await self._wake.wait()
                 except TimeoutError:
                     continue
                 await asyncio.sleep(REFILL_DELAY)

@@ -251,8 +251,9 @@ class Connection:
             self._pong.clear()
             with contextlib.suppress(AgentError):
                 await self.send(encode(FrameType.PING, 0))
-            try:
-                await asyncio.wait_for(self._pong.wait(), timeout=self.io_timeout)
+            try:  # not wait_for: under 3.11 it can swallow this loop's cancellation
+                async with asyncio.timeout(self.io_timeout):
+                    await self._pong.wait()
             except TimeoutError:
                 if self._held or self._holds != holds:
                     continue  # the VM was paused meanwhile: no answer was possible
