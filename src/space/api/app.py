@@ -120,12 +120,8 @@ def create_app(
         templates=templates,
         snapshots=snapshots,
         keys=KeyService(db=db),
-        credentials=CredentialAdmin(
-            broker=credential_service, db=db, config=settings.credentials, push=pushes
-        ),
-        secrets=SecretService(
-            broker=credential_service, db=db, config=settings.credentials, push=pushes
-        ),
+        credentials=CredentialAdmin(broker=credential_service, push=pushes),
+        secrets=SecretService(broker=credential_service, push=pushes),
         activity=activity,
     )
     app.state.metrics = metrics

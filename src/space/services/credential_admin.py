@@ -29,7 +29,6 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from space.config.secrets import CredentialsConfig
 from space.credentials.audit import AuditEvent, AuditRecord
 from space.credentials.model import (
     Application,
@@ -46,7 +45,6 @@ from space.services.credentials import CredentialService, audit_event
 from space.services.errors import Conflict, Forbidden, Invalid, QuotaExceeded, out_of_bounds
 from space.store.credential_audit import AuditFilter, AuditRepo
 from space.store.credentials import CredentialExists, CredentialRepo
-from space.store.db import Database
 from space.store.errors import NotFound
 from space.store.keys import KeyRepo, Principal
 from space.store.models import Org, Sandbox, utcnow
@@ -76,17 +74,11 @@ class Held:
 
 
 class CredentialAdmin:
-    def __init__(
-        self,
-        *,
-        broker: CredentialService,
-        db: Database,
-        config: CredentialsConfig,
-        push: CredentialPush,
-    ) -> None:
+    def __init__(self, *, broker: CredentialService, push: CredentialPush) -> None:
+        """The broker's database and credential settings are the ones it serves."""
         self._broker = broker
-        self._db = db
-        self._config = config
+        self._db = broker.db
+        self._config = broker.config
         self._push = push
 
     async def create(self, principal: Principal, new: NewCredential) -> Held:

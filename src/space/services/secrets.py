@@ -20,7 +20,6 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
-from space.config.secrets import CredentialsConfig
 from space.credentials.audit import AuditEvent
 from space.credentials.model import Credential, Policy, RulesApply
 from space.services.access import require
@@ -28,23 +27,16 @@ from space.services.credential_push import CredentialPush
 from space.services.credentials import CredentialService, audit_event
 from space.services.errors import Conflict, QuotaExceeded
 from space.store.credentials import CredentialExists, CredentialRepo
-from space.store.db import Database
 from space.store.errors import NotFound
 from space.store.keys import Principal
 
 
 class SecretService:
-    def __init__(
-        self,
-        *,
-        broker: CredentialService,
-        db: Database,
-        config: CredentialsConfig,
-        push: CredentialPush,
-    ) -> None:
+    def __init__(self, *, broker: CredentialService, push: CredentialPush) -> None:
+        """The broker's database and credential settings are the ones it serves."""
         self._broker = broker
-        self._db = db
-        self._config = config
+        self._db = broker.db
+        self._config = broker.config
         self._push = push
 
     async def create(
