@@ -5,7 +5,7 @@ import base64
 import httpx
 import pytest
 
-from space.config import Settings
+from tests.control.fakes import FakeNode
 
 
 @pytest.fixture
@@ -57,12 +57,13 @@ async def test_stdin_and_signal(client: httpx.AsyncClient, sandbox_id: str) -> N
     assert missing.status_code == 404
 
 
-async def test_commands_on_a_deleted_sandbox_are_404(
-    client: httpx.AsyncClient, sandbox_id: str, settings: Settings
+async def test_commands_on_a_deleted_sandbox_are_404_and_their_logs_gone(
+    client: httpx.AsyncClient, sandbox_id: str, fake_node: FakeNode
 ) -> None:
-    await client.post(f"/v1/sandboxes/{sandbox_id}/commands", json={"cmd": "emit 1"})
-    assert (settings.commands_dir / sandbox_id).is_dir()
+    started = await client.post(f"/v1/sandboxes/{sandbox_id}/commands", json={"cmd": "emit 1"})
+    log = fake_node.logs.path(sandbox_id, started.json()["id"])
+    assert log.is_file()
     await client.delete(f"/v1/sandboxes/{sandbox_id}")
-    assert not (settings.commands_dir / sandbox_id).exists()
+    assert not log.parent.exists()
     response = await client.post(f"/v1/sandboxes/{sandbox_id}/commands", json={"cmd": "emit 1"})
     assert response.status_code == 404

@@ -1,10 +1,12 @@
-"""Command logs outlive the process that wrote them; API-only replicas wait for a controller."""
+"""Command logs live on the node, so any API replica serves them; API-only replicas wait
+for a controller."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+from pathlib import Path
 
 import httpx
 from sqlalchemy import func, select
@@ -18,35 +20,59 @@ from space.store.models import Sandbox
 from tests.control.fakes import FakeNode
 
 
-async def test_replay_after_restart(
-    client: httpx.AsyncClient, settings: Settings, db: Database, make_key: object
+async def test_another_replica_replays_follows_and_signals_what_one_started(
+    client: httpx.AsyncClient,
+    settings: Settings,
+    db: Database,
+    fake_node: FakeNode,
+    tmp_path: Path,
 ) -> None:
+    """A second API replica (its own data dir, the same database and node) starting
+    changes nothing of the first's commands: it replays a finished one from the node,
+    follows and signals a running one, and the exit is recorded."""
     sandbox_id = (await client.post("/v1/sandboxes", json={})).json()["id"]
     finished = await client.post(f"/v1/sandboxes/{sandbox_id}/commands", json={"cmd": "emit 2"})
     waiting = await client.post(f"/v1/sandboxes/{sandbox_id}/commands", json={"cmd": "wait"})
     finished_id, waiting_id = finished.json()["id"], waiting.json()["id"]
-    await asyncio.sleep(0.05)
 
-    restarted = create_app(settings, FakeNode(), db=db)  # a new process over the same data dir
-    transport = httpx.ASGITransport(app=restarted)
-    async with httpx.AsyncClient(
-        transport=transport, base_url="http://space", headers=dict(client.headers)
-    ) as http:
+    other = settings.model_copy(update={"data_dir": tmp_path / "replica-b"})
+    replica = create_app(other, fake_node, db=db)
+    transport = httpx.ASGITransport(app=replica)
+    async with (
+        replica.router.lifespan_context(replica),
+        httpx.AsyncClient(
+            transport=transport, base_url="http://space", headers=dict(client.headers)
+        ) as http,
+    ):
+        with db.session() as session:
+            assert CommandRepo(session).get(sandbox_id, waiting_id).state == "running"
         url = f"/v1/sandboxes/{sandbox_id}/commands/{finished_id}/events"
         body = (await http.get(url, headers={"Last-Event-ID": "1"})).text
         assert "id: 2\nevent: stdout" in body and "id: 3\nevent: exit" in body
         assert "id: 1\n" not in body
-        lost = await http.get(f"/v1/sandboxes/{sandbox_id}/commands/{waiting_id}/events")
-        assert lost.status_code == 200 and lost.text == ""
         signal = await http.post(
             f"/v1/sandboxes/{sandbox_id}/commands/{waiting_id}/signal", json={"signal": 9}
         )
-        assert signal.status_code == 409
+        assert signal.status_code == 204
+        async with asyncio.timeout(30):  # the in-process transport reads the whole stream
+            followed = await http.get(f"/v1/sandboxes/{sandbox_id}/commands/{waiting_id}/events")
+        assert followed.text == 'id: 1\nevent: exit\ndata: {"exit_code":137}\n\n'
+    await wait_for_state(db, sandbox_id, waiting_id, "exited")
     with db.session() as session:
-        assert CommandRepo(session).get(sandbox_id, waiting_id).state == "lost"
         assert CommandRepo(session).get(sandbox_id, finished_id).exit_code == 0
     data = json.loads(body.split("data: ")[1].split("\n")[0])
     assert base64.b64decode(data["data"]) == b"line 1\n"
+
+
+async def wait_for_state(
+    db: Database, sandbox_id: str, command_id: str, state: str, timeout: float = 30.0
+) -> None:
+    async with asyncio.timeout(timeout):
+        while True:
+            with db.session() as session:
+                if CommandRepo(session).get(sandbox_id, command_id).state == state:
+                    return
+            await asyncio.sleep(0.02)
 
 
 async def _row_written(db: Database, timeout: float = 60.0) -> None:

@@ -19,17 +19,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import posixpath
+import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from space.credentials.audit import AuditChain
+from space.node.commands import NodeCommands
 from space.seam.errors import SandboxNotFound, SandboxUnavailable
+from space.seam.protocol import CommandHandle
 from space.seam.values import (
     AuditBatch,
     BuildSpec,
     BuildStatus,
+    CommandEnd,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
@@ -37,6 +43,7 @@ from space.seam.values import (
     FileInfo,
     ProcessEvent,
     ProcessInfo,
+    Record,
     SandboxObservation,
     SandboxSpec,
     TemplateUsage,
@@ -47,6 +54,14 @@ from space.seam.values import (
 )
 
 CHUNK = 64 * 1024
+
+#: Where fake nodes keep their command logs (removed when the test process ends).
+_LOGS = tempfile.TemporaryDirectory(prefix="space-fake-node-")
+
+
+def _command_logs() -> NodeCommands:
+    """The real node's command logs (`space.node.commands`), one folder per fake."""
+    return NodeCommands(Path(_LOGS.name) / uuid.uuid4().hex, log_limit=64 << 20)
 
 
 class FakeCommand:
@@ -139,6 +154,7 @@ class FakeNode:
     policies: dict[str, dict[str, object] | None] = field(default_factory=dict)
     destroyed: list[str] = field(default_factory=list)
     commands: dict[int, FakeCommand] = field(default_factory=dict)
+    logs: NodeCommands = field(default_factory=_command_logs)  # by command id, as a node's
     watches: list[tuple[tuple[str, str, bool], asyncio.Queue[WatchEvent]]] = field(
         default_factory=list
     )
@@ -290,6 +306,7 @@ class FakeNode:
     async def destroy_sandbox(self, sandbox_id: str) -> None:
         self.destroyed.append(sandbox_id)
         self.vms.pop(sandbox_id, None)
+        await self.logs.end_sandbox(sandbox_id)
 
     async def observe(self) -> list[SandboxObservation]:
         return list(self.vms.values())
@@ -299,7 +316,13 @@ class FakeNode:
         sandbox's create env."""
         return {**self.envs.get(sandbox_id, {}), **request.env}
 
-    async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+    async def exec(
+        self, sandbox_id: str, request: ExecRequest, command_id: str | None = None
+    ) -> ExecResult:
+        with self.logs.executing(command_id):
+            return await self._exec(sandbox_id, request)
+
+    async def _exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
         self._require(sandbox_id)
         self.started.append((sandbox_id, request))
         if self.refuse_start is not None:
@@ -316,14 +339,42 @@ class FakeNode:
             return ExecResult(0, request.stdin or b"", b"")
         return ExecResult(0, b"", b"")
 
-    async def start_command(self, sandbox_id: str, request: ExecRequest) -> FakeCommand:
+    async def start_command(
+        self, sandbox_id: str, request: ExecRequest, command_id: str | None = None
+    ) -> CommandHandle:
         self._require(sandbox_id)
         self.started.append((sandbox_id, request))
         if self.refuse_start is not None:
             raise self.refuse_start
         command = FakeCommand(request.cmd or " ".join(request.args or ()), pid=self._next_pid())
         self.commands[command.pid] = command
-        return command
+        return self._logged(sandbox_id, command_id, command)
+
+    def command_events(
+        self, sandbox_id: str, command_id: str, after: int, keepalive: float
+    ) -> AsyncIterator[Record | None]:
+        return self.logs.events(sandbox_id, command_id, after, keepalive)
+
+    async def command_input(self, sandbox_id: str, command_id: str, data: bytes, eof: bool) -> None:
+        handle = self.logs.handle(sandbox_id, command_id)
+        if data:
+            await handle.write_stdin(data)
+        if eof:
+            await handle.close_stdin()
+
+    async def command_signal(self, sandbox_id: str, command_id: str, signum: int) -> None:
+        await self.logs.handle(sandbox_id, command_id).signal(signum)
+
+    async def command_resize(self, sandbox_id: str, command_id: str, rows: int, cols: int) -> None:
+        await self.logs.handle(sandbox_id, command_id).resize(rows, cols)
+
+    async def command_ends(self, sandbox_id: str, command_ids: list[str]) -> list[CommandEnd]:
+        return await self.logs.ends(sandbox_id, command_ids)
+
+    def _logged(
+        self, sandbox_id: str, command_id: str | None, command: FakeCommand
+    ) -> CommandHandle:
+        return command if command_id is None else self.logs.run(sandbox_id, command_id, command)
 
     async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         self._require(sandbox_id)
@@ -397,14 +448,20 @@ class FakeNode:
         return FakeWatch(self, sandbox_id, path, recursive)
 
     async def start_process(
-        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin_pipe: bool
-    ) -> FakeCommand:
+        self,
+        sandbox_id: str,
+        request: ExecRequest,
+        *,
+        user: str | None,
+        stdin_pipe: bool,
+        command_id: str | None = None,
+    ) -> CommandHandle:
         self._require(sandbox_id)
         self.started.append((sandbox_id, request))
         script = request.args[-1] if request.args else (request.cmd or "")
         command = FakeCommand(script, pid=self._next_pid())
         self.commands[command.pid] = command
-        return command
+        return self._logged(sandbox_id, command_id, command)
 
     async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
         self._require(sandbox_id)

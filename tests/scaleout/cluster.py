@@ -75,12 +75,37 @@ class Cluster:
         )
         self.healthy("node", f"{self.node_url}/healthz")
 
+    def start_replica(self, name: str, port: int, wait: bool = True) -> None:
+        """Another `space api`, as on another host: a data dir of its own, the same
+        database, node and credential key files (mounted from one Secret in a chart);
+        `wait`: until it answers (else `healthy` later)."""
+        keys = self.server.data_dir
+        self.spawn_as(
+            name,
+            "api",
+            ["--port", str(port)],
+            data_dir=self.server.root / f"data-{name}",
+            SPACE_NODE_URL=self.node_url,
+            SPACE_NODE_TOKEN_FILE=str(self.token_file),
+            SPACE_CREDENTIALS_KEY_FILE=str(keys / "credentials.key"),
+            SPACE_CREDENTIALS_PLACEHOLDER_KEY_FILE=str(keys / "credentials-placeholder.key"),
+        )
+        if wait:
+            self.healthy(name, f"http://127.0.0.1:{port}/healthz")
+
     def spawn_as(
-        self, name: str, command: str, args: list[str], within: Sequence[str] = (), **env: str
+        self,
+        name: str,
+        command: str,
+        args: list[str],
+        within: Sequence[str] = (),
+        data_dir: Path | None = None,
+        **env: str,
     ) -> None:
-        """`space <command> args` on this server's data dir (run by the command `within`
-        names, if any), known here as `name`."""
-        argv = [*within, space_binary(), command, "--data-dir", str(self.server.data_dir), *args]
+        """`space <command> args` on `data_dir` (default: this server's; run by the
+        command `within` names, if any), known here as `name`."""
+        data = data_dir or self.server.data_dir
+        argv = [*within, space_binary(), command, "--data-dir", str(data), *args]
         with self.log(name).open("ab") as log:
             self._procs[name] = subprocess.Popen(
                 argv,
@@ -117,7 +142,8 @@ class Cluster:
 
     def stop(self) -> list[str]:
         """SIGTERM the API, the controller, then the node; the ones that needed a SIGKILL."""
-        forced = [self.stop_one(name) for name in ("api", "controller", "node")]
+        apis = [name for name in self._procs if name.startswith("api")]
+        forced = [self.stop_one(name) for name in (*apis, "controller", "node")]
         return [why for why in forced if why]
 
     def stop_one(self, name: str) -> str:

@@ -98,7 +98,9 @@ async def test_unknown_sandbox_is_404_and_sandbox_not_found(
     served: NodeServing, token: str
 ) -> None:
     headers = {"authorization": f"Bearer {token}"}
-    body = wire.EXEC.encode_args(sandbox_id="not-mine", request=ExecRequest(cmd="echo hi"))
+    body = wire.EXEC.encode_args(
+        sandbox_id="not-mine", request=ExecRequest(cmd="echo hi"), command_id=None
+    )
     async with httpx.AsyncClient(base_url=served.url, headers=headers) as http:
         response = await http.post(wire.EXEC.path, content=body)
     assert response.status_code == 404
@@ -116,11 +118,12 @@ async def test_oversized_json_body_is_413_json(fake: PowerNode, token: str) -> N
     async with serving(fake, token, config) as running:
         async with httpx.AsyncClient(base_url=running.url, headers=headers) as http:
             sized = await http.post(
-                wire.EXEC.path, content=wire.EXEC.encode_args(sandbox_id=SANDBOX, request=big)
+                wire.EXEC.path,
+                content=wire.EXEC.encode_args(sandbox_id=SANDBOX, request=big, command_id=None),
             )
 
             async def chunked():  # no Content-Length: counted as it arrives
-                yield wire.EXEC.encode_args(sandbox_id=SANDBOX, request=big)
+                yield wire.EXEC.encode_args(sandbox_id=SANDBOX, request=big, command_id=None)
 
             streamed = await http.post(wire.EXEC.path, content=chunked())
     for response in (sized, streamed):

@@ -10,7 +10,13 @@ from collections.abc import AsyncIterable, AsyncIterator
 import pytest
 
 from space.seam.errors import NodeError
-from space.seam.values import ExecRequest, ProcessEvent, SandboxObservation, SandboxSpec
+from space.seam.values import (
+    CommandEnd,
+    ExecRequest,
+    ProcessEvent,
+    SandboxObservation,
+    SandboxSpec,
+)
 from tests.control.fakes import FakeCommand, PowerNode
 from tests.scaleout.conftest import SANDBOX, remote, serving
 from tests.waiting import until
@@ -140,7 +146,9 @@ class AgentGone(NodeError):
 async def test_a_node_error_midway_through_a_stream_is_raised_as_its_class(
     fake: PowerNode, token: str
 ) -> None:
-    async def start(sandbox_id: str, request: ExecRequest) -> FakeCommand:
+    async def start(
+        sandbox_id: str, request: ExecRequest, command_id: str | None = None
+    ) -> FakeCommand:
         return BreakingCommand("emit 1", pid=4242)
 
     fake.start_command = start  # type: ignore[method-assign,assignment]
@@ -150,3 +158,36 @@ async def test_a_node_error_midway_through_a_stream_is_raised_as_its_class(
         assert await anext(stream) == ProcessEvent("stdout", b"partial")
         with pytest.raises(NodeError, match="agent connection cut off: window exceeded"):
             await anext(stream)
+
+
+async def test_a_logged_command_is_replayed_fed_and_ended_by_id_over_the_seam(
+    fake: PowerNode, token: str
+) -> None:
+    """Any client of the node reads a command's log from any id (keepalive `null`
+    lines while it waits), feeds and signals it by id, and learns how it ended."""
+    async with serving(fake, token) as running, remote(running.url, token) as node:
+        handle = await node.start_command(SANDBOX, ExecRequest(cmd="cat"), "cmdcat")
+        await node.command_input(SANDBOX, "cmdcat", b"one\n", eof=False)
+        records = aiter(node.command_events(SANDBOX, "cmdcat", 0, keepalive=0.05))
+        async with asyncio.timeout(10):
+            first = await anext(records)
+            assert first is not None and (first.id, first.event) == (1, "stdout")
+            assert await anext(records) is None  # a keepalive while nothing is new
+            assert await node.command_ends(SANDBOX, ["cmdcat"]) == []
+            await node.command_input(SANDBOX, "cmdcat", b"", eof=True)
+            rest = [r async for r in records if r is not None]
+            assert [r.event for r in rest] == ["exit"]
+            events = [event async for event in handle.events()]
+        assert [e.kind for e in events] == ["stdout", "exit"]
+        assert await node.command_ends(SANDBOX, ["cmdcat", "cmdnever"]) == [
+            CommandEnd("cmdcat", 0),
+            CommandEnd("cmdnever", None),
+        ]
+        replay = [r async for r in node.command_events(SANDBOX, "cmdcat", 1, keepalive=1)]
+        assert [r.id for r in replay if r is not None] == [2]
+        with pytest.raises(ProcessLookupError):
+            await node.command_signal(SANDBOX, "cmdcat", 9)
+        with pytest.raises(FileNotFoundError):
+            await anext(aiter(node.command_events(SANDBOX, "cmdnever", 0, keepalive=1)))
+        with pytest.raises(ValueError, match="command_id"):
+            await anext(aiter(node.command_events(SANDBOX, "../escape", 0, keepalive=1)))

@@ -35,6 +35,9 @@ SAMPLES = [
     values.ExecResult(3, b"out\x00", b"err\xff", 1, 2),
     values.ProcessEvent("stdout", b"\x01\x02"),
     values.ProcessEvent("exit", exit_code=137),
+    values.Record(3, "stdout", {"data": "aGk="}),
+    values.CommandEnd("cmd1", 137),
+    values.CommandEnd("cmd2", None),
     values.FileInfo("/a/b", "b", "symlink", 10, 0o777, 1.5, 0, 0, "/c"),
     values.ProcessInfo(7, ("sh", "-c", "x"), "x", True, False, True, None, 9.0),
     values.WatchEvent("rename", "/a", True),
@@ -86,8 +89,14 @@ def test_literals_bytes_and_tuples_are_checked() -> None:
 
 
 def test_call_arguments_are_checked() -> None:
-    body = json.loads(wire.EXEC.encode_args(sandbox_id="s", request=values.ExecRequest("x")))
-    assert wire.EXEC.decode_args(body) == {"sandbox_id": "s", "request": values.ExecRequest("x")}
+    body = json.loads(
+        wire.EXEC.encode_args(sandbox_id="s", request=values.ExecRequest("x"), command_id=None)
+    )
+    assert wire.EXEC.decode_args(body) == {
+        "sandbox_id": "s",
+        "request": values.ExecRequest("x"),
+        "command_id": None,
+    }
     with pytest.raises(wire.WireError, match="missing arguments"):
         wire.EXEC.decode_args({"sandbox_id": "s"})
     with pytest.raises(wire.WireError, match="unknown arguments"):

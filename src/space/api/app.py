@@ -39,6 +39,7 @@ from space.recipes.worker import RecipeChecker
 from space.seam.protocol import NodeClient
 from space.seam.values import SandboxObservation
 from space.services.audit_copy import AuditCopy
+from space.services.command_sweep import CommandSweep
 from space.services.credential_admin import CredentialAdmin
 from space.services.credential_push import CredentialPush
 from space.services.credentials import CredentialService
@@ -48,7 +49,6 @@ from space.services.sandboxes import SandboxService
 from space.services.secrets import SecretService
 from space.services.snapshots import SnapshotService
 from space.services.templates import TemplateService
-from space.store.commands import CommandRepo
 from space.store.db import Database
 
 API_VERSION = "0.1.0"
@@ -73,7 +73,8 @@ def create_app(
     credential_service.check_keys()  # the same key files as the cluster's other processes
     pushes = CredentialPush(credential_service, db, node, settings.timeouts.node_call)
     audit = AuditCopy(db, credential_service.audit_file, node, settings.timeouts.node_call)
-    controller = _controller(settings, db, node, activity, after_pass(pushes, audit))
+    sweep = CommandSweep(db, node, settings.timeouts.node_call, settings.timeouts.node_call)
+    controller = _controller(settings, db, node, activity, after_pass(pushes, audit, sweep))
     registry = _registry(settings, db, node, activity, credential_service)
     lifecycle: Lifecycle = controller or DbWaiter(db, timeout=settings.timeouts.create)
     service = SandboxService(
@@ -180,13 +181,15 @@ def _controller(
     )
 
 
-def after_pass(pushes: CredentialPush, audit: AuditCopy) -> AfterPass:
+def after_pass(pushes: CredentialPush, audit: AuditCopy, commands: CommandSweep) -> AfterPass:
     """After each reconcile pass: views to gateways that are behind, then the gateways'
-    credential audit into the database (each step logs its own failures)."""
+    credential audit into the database, then how commands ended that no replica saw
+    end (each step logs its own failures)."""
 
     async def run(observed: list[SandboxObservation]) -> None:
         await pushes.resync(observed)
         await audit.pull(observed)
+        await commands.run(observed)
 
     return run
 
@@ -198,18 +201,14 @@ def _registry(
     activity: Activity,
     credentials: CredentialService,
 ) -> ProcessRegistry | None:
-    """The process holding the node owns process streams; earlier ones cannot resume."""
+    """Processes started through this replica (their output lives on their nodes)."""
     if node is None:
         return None
-    with db.session() as session:
-        CommandRepo(session).mark_running_lost()
     return ProcessRegistry(
         db=db,
         node=node,
         quotas=settings.quotas,
         activity=activity,
-        log_dir=settings.commands_dir,
-        log_limit=settings.output.command_log_bytes,
         keepalive=settings.server.sse_keepalive_seconds,
         call_timeout=settings.timeouts.node_call,
         guest_env=credentials.guest_env,

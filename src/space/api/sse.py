@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-from space.services.eventlog import Record
+from space.seam.values import Record
 
 KEEPALIVE = b": keepalive\n\n"
 

@@ -75,6 +75,7 @@ def local_node_of(settings: Settings) -> LocalNode:
             io_iops_per_vcpu=vmm.io_iops_per_vcpu,
         ),
         console_log_bytes=settings.output.console_log_bytes,
+        command_log_bytes=settings.output.command_log_bytes,
         agent_timeout=settings.timeouts.agent,
         vmm=vmm.driver,
         recovery=settings.recovery,
@@ -100,6 +101,7 @@ def local_node(
     egress: EgressConfig | None = None,
     jail: JailConfig | None = None,
     console_log_bytes: int = 4 << 20,
+    command_log_bytes: int = 64 << 20,
     agent_timeout: float | None = None,
     vmm: str = "qemu",
     recovery: RecoveryConfig | None = None,
@@ -112,6 +114,7 @@ def local_node(
     VmmUnavailable if the `vmm` driver (SPACE_VMM) cannot run on this host."""
     from space.node.agentops import AgentOps
     from space.node.catalog import TemplateCatalog
+    from space.node.commands import NodeCommands
     from space.node.host import NodeHost
     from space.node.local import LocalNode
     from space.node.metrics import NodeMetrics
@@ -156,6 +159,7 @@ def local_node(
         agent_ops=AgentOps(host, metrics),
         warm_pools=warm,
         metrics=metrics,
+        commands=NodeCommands(data_dir / "command-logs", command_log_bytes),
         build_slots=build_slots,
     )
 

@@ -276,6 +276,7 @@ async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: 
     from space.control.controller import Controller
     from space.control.registry import detect_lost_nodes
     from space.services.audit_copy import AuditCopy
+    from space.services.command_sweep import CommandSweep
     from space.services.credential_push import CredentialPush
     from space.services.credentials import CredentialService
 
@@ -293,6 +294,7 @@ async def _reconcile(settings: Settings, db: Database, node: NodeClient, fence: 
         after_pass=after_pass(
             CredentialPush(credentials, db, node, timeout),
             AuditCopy(db, credentials.audit_file, node, timeout),
+            CommandSweep(db, node, timeout, grace=timeout),
         ),
     )
     controller.start()

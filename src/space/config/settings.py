@@ -93,10 +93,5 @@ class Settings(BaseSettings):
         return self
 
     @property
-    def commands_dir(self) -> Path:
-        """Host-side command output logs, replayed to SSE readers."""
-        return self.data_dir / "commands"
-
-    @property
     def admin_key_path(self) -> Path:
         return self.data_dir / "admin.key"

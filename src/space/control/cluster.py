@@ -53,12 +53,14 @@ from space.seam.values import (
     AuditBatch,
     BuildSpec,
     BuildStatus,
+    CommandEnd,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
     ExecResult,
     FileInfo,
     ProcessInfo,
+    Record,
     SandboxObservation,
     SandboxSpec,
     TemplateUsage,
@@ -490,11 +492,32 @@ class Cluster:
             node = self._on(sandbox_id)
         await node.destroy_sandbox(sandbox_id)
 
-    async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
-        return await self._on(sandbox_id).exec(sandbox_id, request)
+    async def exec(
+        self, sandbox_id: str, request: ExecRequest, command_id: str | None = None
+    ) -> ExecResult:
+        return await self._on(sandbox_id).exec(sandbox_id, request, command_id)
 
-    async def start_command(self, sandbox_id: str, request: ExecRequest) -> CommandHandle:
-        return await self._on(sandbox_id).start_command(sandbox_id, request)
+    async def start_command(
+        self, sandbox_id: str, request: ExecRequest, command_id: str | None = None
+    ) -> CommandHandle:
+        return await self._on(sandbox_id).start_command(sandbox_id, request, command_id)
+
+    def command_events(
+        self, sandbox_id: str, command_id: str, after: int, keepalive: float
+    ) -> AsyncIterator[Record | None]:
+        return self._on(sandbox_id).command_events(sandbox_id, command_id, after, keepalive)
+
+    async def command_input(self, sandbox_id: str, command_id: str, data: bytes, eof: bool) -> None:
+        await self._on(sandbox_id).command_input(sandbox_id, command_id, data, eof)
+
+    async def command_signal(self, sandbox_id: str, command_id: str, signum: int) -> None:
+        await self._on(sandbox_id).command_signal(sandbox_id, command_id, signum)
+
+    async def command_resize(self, sandbox_id: str, command_id: str, rows: int, cols: int) -> None:
+        await self._on(sandbox_id).command_resize(sandbox_id, command_id, rows, cols)
+
+    async def command_ends(self, sandbox_id: str, command_ids: list[str]) -> list[CommandEnd]:
+        return await self._on(sandbox_id).command_ends(sandbox_id, command_ids)
 
     def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         return self._on(sandbox_id).read_file(sandbox_id, path)
@@ -556,10 +579,18 @@ class Cluster:
         return self._on(sandbox_id).watch(sandbox_id, path, recursive)
 
     async def start_process(
-        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin_pipe: bool
+        self,
+        sandbox_id: str,
+        request: ExecRequest,
+        *,
+        user: str | None,
+        stdin_pipe: bool,
+        command_id: str | None = None,
     ) -> CommandHandle:
         node = self._on(sandbox_id)
-        return await node.start_process(sandbox_id, request, user=user, stdin_pipe=stdin_pipe)
+        return await node.start_process(
+            sandbox_id, request, user=user, stdin_pipe=stdin_pipe, command_id=command_id
+        )
 
     async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
         return await self._on(sandbox_id).processes(sandbox_id)

@@ -31,6 +31,7 @@ from space.node.agent import AgentClient, AgentProcess
 from space.node.agentops import AgentOps, OsErrorWatch
 from space.node.buildjobs import BuildJobs
 from space.node.catalog import TemplateCatalog
+from space.node.commands import NodeCommands
 from space.node.fork import Forks
 from space.node.host import HANDSHAKE_WAIT, NodeHost
 from space.node.metrics import NodeMetrics
@@ -52,12 +53,14 @@ from space.seam.values import (
     AuditBatch,
     BuildSpec,
     BuildStatus,
+    CommandEnd,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
     ExecResult,
     FileInfo,
     ProcessInfo,
+    Record,
     SandboxObservation,
     SandboxSpec,
     TemplateUsage,
@@ -84,9 +87,11 @@ class LocalNode:
         agent_ops: AgentOps,
         warm_pools: WarmPools,
         metrics: NodeMetrics,
+        commands: NodeCommands,
         build_slots: int = 2,
     ) -> None:
         """`build_slots`: how many template builds run at once (`SPACE_NODE_BUILD_SLOTS`)."""
+        self._commands = commands
         self._host = host
         self._templates = templates
         self._provisioning = provisioning
@@ -128,6 +133,7 @@ class LocalNode:
         await self._templates.image(DEFAULT_TEMPLATE)  # and the guest artifacts, built publicly
         await self._host.open()
         await self._recovery.sweep()
+        await self._commands.sweep({sandbox.sandbox_id for sandbox in self._host.held()})
         await asyncio.to_thread(self._volumes.sweep)
         await asyncio.to_thread(self._builds.sweep)
         self._warm_task = spawn(self._warm.refill_forever(), name="warm-pool-refill")
@@ -138,6 +144,7 @@ class LocalNode:
         Unclaimed warm VMs are torn down (an open would not adopt them anyway).
         """
         await self._drain_warm()
+        await self._commands.aclose()
         await self._jobs.aclose()
         await self._provisioning.aclose()
         await self._host.aclose()
@@ -226,6 +233,7 @@ class LocalNode:
         if sandbox is not None:
             await unmount_volumes(sandbox)  # their journals clean for the next mount
         await self._host.destroy(sandbox_id)
+        await self._commands.end_sandbox(sandbox_id)
 
     async def observe(self) -> list[SandboxObservation]:
         egress = self._host.egress
@@ -371,11 +379,45 @@ class LocalNode:
 
     # -- one agent call each (agentops.py) --
 
-    async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
-        return await self._ops.exec(sandbox_id, request)
+    async def exec(
+        self, sandbox_id: str, request: ExecRequest, command_id: str | None = None
+    ) -> ExecResult:
+        with self._commands.executing(command_id):
+            return await self._ops.exec(sandbox_id, request)
 
-    async def start_command(self, sandbox_id: str, request: ExecRequest) -> CommandHandle:
-        return await self._ops.start_command(sandbox_id, request)
+    async def start_command(
+        self, sandbox_id: str, request: ExecRequest, command_id: str | None = None
+    ) -> CommandHandle:
+        handle = await self._ops.start_command(sandbox_id, request)
+        return self._logged(sandbox_id, command_id, handle)
+
+    # -- commands by id (commands.py) --
+
+    def command_events(
+        self, sandbox_id: str, command_id: str, after: int, keepalive: float
+    ) -> AsyncIterator[Record | None]:
+        return self._commands.events(sandbox_id, command_id, after, keepalive)
+
+    async def command_input(self, sandbox_id: str, command_id: str, data: bytes, eof: bool) -> None:
+        handle = self._commands.handle(sandbox_id, command_id)
+        if data:
+            await handle.write_stdin(data)
+        if eof:
+            await handle.close_stdin()
+
+    async def command_signal(self, sandbox_id: str, command_id: str, signum: int) -> None:
+        await self._commands.handle(sandbox_id, command_id).signal(signum)
+
+    async def command_resize(self, sandbox_id: str, command_id: str, rows: int, cols: int) -> None:
+        await self._commands.handle(sandbox_id, command_id).resize(rows, cols)
+
+    async def command_ends(self, sandbox_id: str, command_ids: list[str]) -> list[CommandEnd]:
+        return await self._commands.ends(sandbox_id, command_ids)
+
+    def _logged(
+        self, sandbox_id: str, command_id: str | None, handle: CommandHandle
+    ) -> CommandHandle:
+        return handle if command_id is None else self._commands.run(sandbox_id, command_id, handle)
 
     def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         return self._ops.read_file(sandbox_id, path)
@@ -402,9 +444,18 @@ class LocalNode:
         return self._ops.watch(sandbox_id, path, recursive)
 
     async def start_process(
-        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin_pipe: bool
-    ) -> AgentProcess:
-        return await self._ops.start_process(sandbox_id, request, user=user, stdin_pipe=stdin_pipe)
+        self,
+        sandbox_id: str,
+        request: ExecRequest,
+        *,
+        user: str | None,
+        stdin_pipe: bool,
+        command_id: str | None = None,
+    ) -> CommandHandle:
+        handle = await self._ops.start_process(
+            sandbox_id, request, user=user, stdin_pipe=stdin_pipe
+        )
+        return self._logged(sandbox_id, command_id, handle)
 
     async def processes(self, sandbox_id: str) -> list[ProcessInfo]:
         return await self._ops.processes(sandbox_id)

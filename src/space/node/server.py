@@ -6,7 +6,12 @@
     POST /seam/v1/start_command | start_process | attach
                                   NDJSON out: `Opened` (pid, handle), then process
                                   events; `write_stdin`, `close_stdin`, `signal`,
-                                  `resize` are unary calls naming the handle
+                                  `resize` are unary calls naming the handle (a
+                                  `command_id` makes the node keep the command's log
+                                  and process: `command_input`, `command_signal`,
+                                  `command_resize`, `command_ends` name it)
+    POST /seam/v1/command_events  NDJSON out: `Opened`, then the command's log records
+                                  after `after` to its exit, `null` for a keepalive
     POST /seam/v1/watch           NDJSON out: `Opened` once the watch is in place,
                                   then watch events
     WS   /seam/v1/open_port?sandbox_id=&port=  binary frames both ways, a text
@@ -55,7 +60,7 @@ from space.node.server_io import (
 from space.seam import wire
 from space.seam.errors import NodeError
 from space.seam.protocol import CommandHandle, NodeClient, WatchStream
-from space.seam.values import ProcessEvent, SandboxObservation, SandboxSpec, WatchEvent
+from space.seam.values import ProcessEvent, Record, SandboxObservation, SandboxSpec, WatchEvent
 from space.tasks import TaskSet
 
 log = logging.getLogger(__name__)
@@ -102,6 +107,7 @@ class NodeServer:
             Route(wire.START_COMMAND.path, self._start_command, methods=["POST"]),
             Route(wire.START_PROCESS.path, self._start_process, methods=["POST"]),
             Route(wire.ATTACH.path, self._attach, methods=["POST"]),
+            Route(wire.COMMAND_EVENTS.path, self._command_events, methods=["POST"]),
             Route(wire.WATCH.path, self._watch, methods=["POST"]),
             WebSocketRoute(wire.OPEN_PORT.path, self._open_port),
             Route(wire.PREFIX + "/{call}", self._call, methods=["POST"]),
@@ -133,7 +139,7 @@ class NodeServer:
             (wire.DELETE_VOLUME, lambda a: n.delete_volume(a["volume_id"])),
             (wire.CLONE_VOLUME, lambda a: n.clone_volume(a["source_id"], a["volume_id"])),
             (wire.OBSERVE, lambda a: n.observe()),
-            (wire.EXEC, lambda a: n.exec(a["sandbox_id"], a["request"])),
+            (wire.EXEC, lambda a: n.exec(a["sandbox_id"], a["request"], a["command_id"])),
             (wire.PAUSE, lambda a: n.pause_sandbox(a["sandbox_id"])),
             (wire.RESUME, lambda a: n.resume_sandbox(a["sandbox_id"])),
             (wire.SUSPEND, lambda a: n.suspend_sandbox(a["sandbox_id"])),
@@ -152,6 +158,10 @@ class NodeServer:
             (wire.CLOSE_STDIN, lambda a: self._handle(a).close_stdin()),
             (wire.SIGNAL, lambda a: self._handle(a).signal(a["signum"])),
             (wire.RESIZE, lambda a: self._handle(a).resize(a["rows"], a["cols"])),
+            (wire.COMMAND_INPUT, lambda a: n.command_input(*_command(a), a["data"], a["eof"])),
+            (wire.COMMAND_SIGNAL, lambda a: n.command_signal(*_command(a), a["signum"])),
+            (wire.COMMAND_RESIZE, lambda a: n.command_resize(*_command(a), a["rows"], a["cols"])),
+            (wire.COMMAND_ENDS, lambda a: n.command_ends(a["sandbox_id"], a["command_ids"])),
         ]
         return {call.name: (call, handler) for call, handler in table}
 
@@ -217,14 +227,18 @@ class NodeServer:
 
     async def _start_command(self, request: Request) -> Response:
         async def start(a: dict[str, Any]) -> CommandHandle:
-            return await self._node.start_command(a["sandbox_id"], a["request"])
+            return await self._node.start_command(a["sandbox_id"], a["request"], a["command_id"])
 
         return await self._process(request, wire.START_COMMAND, start)
 
     async def _start_process(self, request: Request) -> Response:
         async def start(a: dict[str, Any]) -> CommandHandle:
             return await self._node.start_process(
-                a["sandbox_id"], a["request"], user=a["user"], stdin_pipe=a["stdin_pipe"]
+                a["sandbox_id"],
+                a["request"],
+                user=a["user"],
+                stdin_pipe=a["stdin_pipe"],
+                command_id=a["command_id"],
             )
 
         return await self._process(request, wire.START_PROCESS, start)
@@ -258,6 +272,18 @@ class NodeServer:
 
         opened = wire.Opened(pid=handle.pid, handle=key)
         return Stream(ndjson(opened, events, ProcessEvent), NDJSON, close)
+
+    async def _command_events(self, request: Request) -> Response:
+        """A command's log from the node that keeps it: `Opened`, then a record per
+        line, a `null` line for each keepalive."""
+        try:
+            args = await self._args(request, wire.COMMAND_EVENTS)
+            records = aiter(
+                self._node.command_events(*_command(args), args["after"], args["keepalive"])
+            )
+        except Exception as exc:
+            return _error(exc)
+        return Stream(ndjson(wire.Opened(), records, Record), NDJSON, closer(records))
 
     # -- watch -----------------------------------------------------------------------
 
@@ -295,6 +321,10 @@ class NodeServer:
 
 async def _healthz(_request: Request) -> Response:
     return Response(wire.dumps({"status": "ok"}), media_type=JSON)
+
+
+def _command(args: dict[str, Any]) -> tuple[str, str]:
+    return args["sandbox_id"], args["command_id"]
 
 
 async def _done(value: Any) -> Any:

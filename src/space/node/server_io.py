@@ -78,19 +78,20 @@ async def prefixed(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[by
 async def ndjson(
     opened: wire.Opened, events: AsyncIterable[Any], kind: type[Any]
 ) -> AsyncIterator[bytes]:
-    """`opened`, then one line per event; a node error midway is a last line
-    `{"error": ...}` (the client re-raises it as its class), then the stream ends."""
+    """`opened`, then one line per event (`null` for a None: a keepalive); a node
+    error midway is a last line `{"error": ...}` (the client re-raises it as its
+    class), then the stream ends."""
     yield wire.dumps(wire.encode(opened)) + b"\n"
     try:
         async for event in events:
-            if not isinstance(event, kind):
+            if event is not None and not isinstance(event, kind):
                 raise TypeError(f"node stream gave a {type(event).__name__}")
             yield wire.dumps(wire.encode(event)) + b"\n"
     except Exception as exc:
         yield wire.dumps(wire.encode_error(exc)) + b"\n"
 
 
-def closer(chunks: AsyncIterator[bytes]) -> Callable[[], Awaitable[None]]:
+def closer(chunks: AsyncIterator[Any]) -> Callable[[], Awaitable[None]]:
     async def close() -> None:
         await close_iterator(chunks)
 

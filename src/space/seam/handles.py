@@ -39,7 +39,7 @@ class RemoteCommand:
         try:
             async for data in self._lines:
                 with self._node.converted():
-                    event: ProcessEvent = wire.decode(ProcessEvent, _raised(data), "event")
+                    event: ProcessEvent = wire.decode(ProcessEvent, raised(data), "event")
                 yield event
                 if event.kind == "exit":
                     return
@@ -89,13 +89,13 @@ class RemoteWatch:
             raise RuntimeError("watch not started")
         async for data in self._lines:
             with self._node.converted():
-                yield wire.decode(WatchEvent, _raised(data), "watch event")
+                yield wire.decode(WatchEvent, raised(data), "watch event")
 
     async def aclose(self) -> None:
         await self._stream.aclose()
 
 
-def _raised(line: Any) -> Any:
+def raised(line: Any) -> Any:
     """A stream's line, or the error the node ended it with, raised."""
     if isinstance(line, dict) and "error" in line:
         raise wire.decode_error(line)

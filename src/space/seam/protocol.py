@@ -15,6 +15,7 @@ from space.seam.values import (
     AuditBatch,
     BuildSpec,
     BuildStatus,
+    CommandEnd,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
@@ -22,6 +23,7 @@ from space.seam.values import (
     FileInfo,
     ProcessEvent,
     ProcessInfo,
+    Record,
     SandboxObservation,
     SandboxSpec,
     TemplateUsage,
@@ -129,9 +131,44 @@ class NodeClient(Protocol):
 
     async def observe(self) -> list[SandboxObservation]: ...
 
-    async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult: ...
+    # -- commands: with a `command_id` the node keeps the output log and the process by
+    # that id, so any control-plane replica follows, feeds and signals it --
 
-    async def start_command(self, sandbox_id: str, request: ExecRequest) -> CommandHandle: ...
+    async def exec(
+        self, sandbox_id: str, request: ExecRequest, command_id: str | None = None
+    ) -> ExecResult:
+        """Run to completion; while it runs, `command_ends` does not count `command_id`
+        as ended."""
+        ...
+
+    async def start_command(
+        self, sandbox_id: str, request: ExecRequest, command_id: str | None = None
+    ) -> CommandHandle:
+        """Start a process; its handle's events are the command's log from the first."""
+        ...
+
+    def command_events(
+        self, sandbox_id: str, command_id: str, after: int, keepalive: float
+    ) -> AsyncIterator[Record | None]:
+        """The command's records after id `after`, then new ones to its `exit` (None:
+        nothing new for `keepalive` seconds); FileNotFoundError for one this node never
+        ran or no longer keeps."""
+        ...
+
+    async def command_input(self, sandbox_id: str, command_id: str, data: bytes, eof: bool) -> None:
+        """Write to a running command's stdin (`eof`: then close it); ProcessLookupError
+        once it has ended."""
+        ...
+
+    async def command_signal(self, sandbox_id: str, command_id: str, signum: int) -> None: ...
+
+    async def command_resize(
+        self, sandbox_id: str, command_id: str, rows: int, cols: int
+    ) -> None: ...
+
+    async def command_ends(self, sandbox_id: str, command_ids: list[str]) -> list[CommandEnd]:
+        """Of `command_ids`, those this node no longer runs, with their exit codes."""
+        ...
 
     def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]: ...
 
@@ -187,7 +224,13 @@ class NodeClient(Protocol):
     def watch(self, sandbox_id: str, path: str, recursive: bool = False) -> WatchStream: ...
 
     async def start_process(
-        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin_pipe: bool
+        self,
+        sandbox_id: str,
+        request: ExecRequest,
+        *,
+        user: str | None,
+        stdin_pipe: bool,
+        command_id: str | None = None,
     ) -> CommandHandle: ...
 
     async def processes(self, sandbox_id: str) -> list[ProcessInfo]: ...

@@ -34,19 +34,21 @@ import httpx
 
 from space.seam import wire
 from space.seam.errors import NodeError, NodeUnreachable
-from space.seam.handles import RemoteCommand, RemoteWatch
+from space.seam.handles import RemoteCommand, RemoteWatch, raised
 from space.seam.protocol import CommandHandle, WatchStream
 from space.seam.tunnel import open_tunnel
 from space.seam.values import (
     AuditBatch,
     BuildSpec,
     BuildStatus,
+    CommandEnd,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
     ExecResult,
     FileInfo,
     ProcessInfo,
+    Record,
     SandboxObservation,
     SandboxSpec,
     TemplateUsage,
@@ -273,15 +275,33 @@ class RemoteNode:
         self._warm = await self.call(wire.WARM_POOL_STATS)
         return observed
 
-    async def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+    async def exec(
+        self, sandbox_id: str, request: ExecRequest, command_id: str | None = None
+    ) -> ExecResult:
         timeout = EXEC_UNTIMED if request.timeout is None else request.timeout + EXEC_MARGIN
-        return await self.call(wire.EXEC, timeout=timeout, sandbox_id=sandbox_id, request=request)
+        return await self.call(
+            wire.EXEC,
+            timeout=timeout,
+            sandbox_id=sandbox_id,
+            request=request,
+            command_id=command_id,
+        )
 
-    async def start_command(self, sandbox_id: str, request: ExecRequest) -> CommandHandle:
-        return await self._process(wire.START_COMMAND, sandbox_id=sandbox_id, request=request)
+    async def start_command(
+        self, sandbox_id: str, request: ExecRequest, command_id: str | None = None
+    ) -> CommandHandle:
+        return await self._process(
+            wire.START_COMMAND, sandbox_id=sandbox_id, request=request, command_id=command_id
+        )
 
     async def start_process(
-        self, sandbox_id: str, request: ExecRequest, *, user: str | None, stdin_pipe: bool
+        self,
+        sandbox_id: str,
+        request: ExecRequest,
+        *,
+        user: str | None,
+        stdin_pipe: bool,
+        command_id: str | None = None,
     ) -> CommandHandle:
         return await self._process(
             wire.START_PROCESS,
@@ -289,7 +309,39 @@ class RemoteNode:
             request=request,
             user=user,
             stdin_pipe=stdin_pipe,
+            command_id=command_id,
         )
+
+    async def command_events(
+        self, sandbox_id: str, command_id: str, after: int, keepalive: float
+    ) -> AsyncIterator[Record | None]:
+        args = {"sandbox_id": sandbox_id, "command_id": command_id}
+        async with self.stream(
+            wire.COMMAND_EVENTS, **args, after=after, keepalive=keepalive
+        ) as response:
+            lines = self.lines(response)
+            await self.opened(lines)
+            async for line in lines:
+                with self.converted():
+                    yield None if line is None else wire.decode(Record, raised(line), "record")
+
+    async def command_input(self, sandbox_id: str, command_id: str, data: bytes, eof: bool) -> None:
+        await self.call(
+            wire.COMMAND_INPUT, sandbox_id=sandbox_id, command_id=command_id, data=data, eof=eof
+        )
+
+    async def command_signal(self, sandbox_id: str, command_id: str, signum: int) -> None:
+        await self.call(
+            wire.COMMAND_SIGNAL, sandbox_id=sandbox_id, command_id=command_id, signum=signum
+        )
+
+    async def command_resize(self, sandbox_id: str, command_id: str, rows: int, cols: int) -> None:
+        await self.call(
+            wire.COMMAND_RESIZE, sandbox_id=sandbox_id, command_id=command_id, rows=rows, cols=cols
+        )
+
+    async def command_ends(self, sandbox_id: str, command_ids: list[str]) -> list[CommandEnd]:
+        return await self.call(wire.COMMAND_ENDS, sandbox_id=sandbox_id, command_ids=command_ids)
 
     async def attach(self, sandbox_id: str, pid: int) -> CommandHandle:
         return await self._process(wire.ATTACH, sandbox_id=sandbox_id, pid=pid)

@@ -194,6 +194,25 @@ class ProcessEvent:
 
 
 @dataclass(frozen=True)
+class Record:
+    """One numbered entry of a replayable stream (a command's output log, a build's
+    progress): served as an SSE event with `id`, `event` and JSON `data`."""
+
+    id: int
+    event: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CommandEnd:
+    """A command its node no longer runs: `exit_code` None means it was lost (its VM
+    stopped, its node restarted, or the node never ran a command of that id)."""
+
+    command_id: str
+    exit_code: int | None
+
+
+@dataclass(frozen=True)
 class FileInfo:
     path: str
     name: str

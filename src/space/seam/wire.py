@@ -34,6 +34,7 @@ from space.seam.values import (
     AuditBatch,
     BuildSpec,
     BuildStatus,
+    CommandEnd,
     CredentialGrant,
     EgressRecord,
     ExecRequest,
@@ -219,6 +220,8 @@ class Call(Generic[R]):
 _ID = ("sandbox_id", str)
 _PATH = ("path", str)
 _HANDLE = ("handle", str)
+_CMD = ("command_id", str)
+_CMD_OR_NONE = ("command_id", str | None)
 
 TEMPLATES = Call[list[str]]("templates", (), list[str])
 WARM_POOL_STATS = Call[list[WarmPoolStats]]("warm_pool_stats", (), list[WarmPoolStats])
@@ -239,7 +242,7 @@ CREATE_VOLUME = Call[None]("create_volume", (_VOLUME, ("size_mb", int)), None)
 DELETE_VOLUME = Call[None]("delete_volume", (_VOLUME,), None)
 CLONE_VOLUME = Call[None]("clone_volume", (("source_id", str), _VOLUME), None)
 OBSERVE = Call[list[SandboxObservation]]("observe", (), list[SandboxObservation])
-EXEC = Call[ExecResult]("exec", (_ID, ("request", ExecRequest)), ExecResult)
+EXEC = Call[ExecResult]("exec", (_ID, ("request", ExecRequest), _CMD_OR_NONE), ExecResult)
 PAUSE = Call[None]("pause_sandbox", (_ID,), None)
 RESUME = Call[None]("resume_sandbox", (_ID,), None)
 SUSPEND = Call[None]("suspend_sandbox", (_ID,), None)
@@ -261,15 +264,25 @@ WRITE_STDIN = Call[None]("write_stdin", (_HANDLE, ("data", bytes)), None)
 CLOSE_STDIN = Call[None]("close_stdin", (_HANDLE,), None)
 SIGNAL = Call[None]("signal", (_HANDLE, ("signum", int)), None)
 RESIZE = Call[None]("resize", (_HANDLE, ("rows", int), ("cols", int)), None)
+# the commands a node logs, by id (any control-plane replica)
+COMMAND_INPUT = Call[None]("command_input", (_ID, _CMD, ("data", bytes), ("eof", bool)), None)
+COMMAND_SIGNAL = Call[None]("command_signal", (_ID, _CMD, ("signum", int)), None)
+COMMAND_RESIZE = Call[None]("command_resize", (_ID, _CMD, ("rows", int), ("cols", int)), None)
+COMMAND_ENDS = Call[list[CommandEnd]](
+    "command_ends", (_ID, ("command_ids", list[str])), list[CommandEnd]
+)
 # streamed: a body of bytes, or NDJSON lines (`Opened`, then the events)
 READ_FILE = Call[None]("read_file", (_ID, _PATH), None)
 WRITE_FILE = Call[int]("write_file", (_ID, _PATH), int)  # arguments in the query
-START_COMMAND = Call[None]("start_command", (_ID, ("request", ExecRequest)), None)
+START_COMMAND = Call[None]("start_command", (_ID, ("request", ExecRequest), _CMD_OR_NONE), None)
 START_PROCESS = Call[None](
     "start_process",
-    (_ID, ("request", ExecRequest), ("user", str | None), ("stdin_pipe", bool)),
+    (_ID, ("request", ExecRequest), ("user", str | None), ("stdin_pipe", bool), _CMD_OR_NONE),
     None,
 )
+COMMAND_EVENTS = Call[None](
+    "command_events", (_ID, _CMD, ("after", int), ("keepalive", float)), None
+)  # NDJSON: `Opened`, then a `Record` or null (keepalive) per line
 ATTACH = Call[None]("attach", (_ID, ("pid", int)), None)
 WATCH = Call[None]("watch", (_ID, _PATH, ("recursive", bool)), None)
 OPEN_PORT = Call[None]("open_port", (_ID, ("port", int)), None)  # a WebSocket, query args

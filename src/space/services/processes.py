@@ -3,17 +3,23 @@
 `/v1` commands (`POST .../commands`), `/v1` exec and envd's `process.Process`
 all start here: a `commands` row is written first, in one transaction with the
 org's quota check (`services.quotas`), so every process holds exactly one place however
-it was started, and a failed start releases it. A started process has one handle
-and one pump that appends every event to its log (`eventlog`: replayable by
-`/v1` readers, at most `log_limit` bytes, draining on past it) and fans it out to
-live followers (envd `Start`/`Connect` streams). A follower that cannot keep up is
-cut off (its queue is bounded in events and in output bytes) rather than making
-the pump buffer without limit.
+it was started, and a failed start releases it. The process starts under the row's
+id, and its node keeps its output log (`space.node.commands`: numbered records,
+replayable by any replica's `/v1` readers through `events`) and its process, so
+input, signals and resizes by command id work from any replica too.
+
+The replica that started a process has one pump reading its events from the node
+and fanning them out to live followers (envd `Start`/`Connect` streams); at the exit
+it records the exit code. A follower that cannot keep up is cut off (its queue is
+bounded in events and in output bytes) rather than making the pump buffer without
+limit. If this replica goes first, nothing is lost: the node keeps logging, and the
+controller's sweep (`services.command_sweep`) records the exit later.
 
 Processes are found by command id (`/v1`) or by `(sandbox, pid)` / tag (envd), so
 a command started through one front can be listed, followed, fed and signalled
 through the other. A running process keeps its sandbox from idling. Deleting a
-sandbox (`end_sandbox`) ends its pumps, releases their slots and removes its logs.
+sandbox (`end_sandbox`) ends its pumps and releases their places (its node removes
+the logs).
 
 Every process starts with the sandbox's credential placeholders in its env
 (`with_credentials`, resolved from the sandbox's current view at each start, so a
@@ -23,23 +29,20 @@ revoked credential's variable is gone from the next process on).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
-import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from space.config.quotas import QuotaConfig
 from space.control.expiry import Activity
 from space.seam.protocol import CommandHandle, NodeClient
-from space.seam.values import ExecRequest, ExecResult, ProcessEvent
+from space.seam.values import ExecRequest, ExecResult, ProcessEvent, Record
 from space.services.errors import CommandNotRunning
-from space.services.eventlog import LogWriter, Record, follow
 from space.services.quotas import release_command, reserve_command
 from space.store.db import Database
-from space.store.errors import NotFound
 from space.store.keys import new_id
 from space.tasks import TaskSet
 
@@ -49,8 +52,9 @@ log = logging.getLogger(__name__)
 FOLLOW_BYTES = 16 << 20
 
 #: How a front asks the node for the process (`start_command`, `start_process`),
-#: given the request with the sandbox's credential placeholders in its env.
-Launch = Callable[[ExecRequest], Awaitable[CommandHandle]]
+#: given the request with the sandbox's credential placeholders in its env and the
+#: command id the node keeps its log under.
+Launch = Callable[[ExecRequest, str], Awaitable[CommandHandle]]
 
 #: The placeholder variables a sandbox's processes start with (`CredentialService.guest_env`).
 GuestEnv = Callable[[str], dict[str, str]]
@@ -99,12 +103,11 @@ class ProcessConfig:
 @dataclass
 class LiveProcess:
     sandbox_id: str
-    command_id: str  # `/v1`'s id; its `commands` row holds the quota place, if `writer`
+    command_id: str  # `/v1`'s id; its `commands` row holds the quota place, if `config`
     handle: CommandHandle
     config: ProcessConfig | None  # None: attached (started elsewhere: no place, no log)
     pty: bool = False
     tag: str | None = None
-    writer: LogWriter | None = None
     followers: set[Follow] = field(default_factory=set)
     pump: asyncio.Task[None] | None = None
 
@@ -121,8 +124,6 @@ class ProcessRegistry:
         node: NodeClient,
         quotas: QuotaConfig,
         activity: Activity,
-        log_dir: Path,
-        log_limit: int,
         keepalive: float,
         call_timeout: float,
         guest_env: GuestEnv,
@@ -132,12 +133,9 @@ class ProcessRegistry:
         self._node = node
         self._quotas = quotas
         self._activity = activity
-        self._log_dir = log_dir
-        self._log_limit = log_limit
         self._keepalive = keepalive
         self._call_timeout = call_timeout
         self._by_pid: dict[tuple[str, int], LiveProcess] = {}
-        self._by_command: dict[str, LiveProcess] = {}
         self._tasks = TaskSet()
 
     # -- starting ------------------------------------------------------------------
@@ -157,15 +155,14 @@ class ProcessRegistry:
         sandbox's placeholders within the node-call timeout, then pump its events
         until its `exit`. The pump first runs at the caller's next await: a follower
         taken before that sees every event."""
-        command_id = self._reserve(sandbox_id, org_id, config)
+        command_id = self._reserve(sandbox_id, org_id, config, logged=True, pty=pty)
         try:
             async with asyncio.timeout(self._call_timeout):
-                handle = await launch(self.with_credentials(sandbox_id, request))
+                handle = await launch(self.with_credentials(sandbox_id, request), command_id)
         except BaseException:
             release_command(self._db, command_id)
             raise
-        writer = LogWriter(self.log_path(sandbox_id, command_id), self._log_limit)
-        live = LiveProcess(sandbox_id, command_id, handle, config, pty, tag, writer)
+        live = LiveProcess(sandbox_id, command_id, handle, config, pty, tag)
         self._register(live)
         return live
 
@@ -173,12 +170,12 @@ class ProcessRegistry:
         self, sandbox_id: str, org_id: str, request: ExecRequest, timeout: float
     ) -> ExecResult:
         """Run to completion (`node.exec`), holding a place while it runs."""
-        command_id = self._reserve(sandbox_id, org_id, ProcessConfig.of(request))
+        command_id = self._reserve(sandbox_id, org_id, ProcessConfig.of(request), logged=False)
         exit_code: int | None = None
         try:
             async with asyncio.timeout(timeout):
                 result = await self._node.exec(
-                    sandbox_id, self.with_credentials(sandbox_id, request)
+                    sandbox_id, self.with_credentials(sandbox_id, request), command_id
                 )
             exit_code = result.exit_code
             return result
@@ -224,24 +221,19 @@ class ProcessRegistry:
     def held_in(self, sandbox_id: str) -> dict[int, LiveProcess]:
         return {pid: live for (sid, pid), live in self._by_pid.items() if sid == sandbox_id}
 
-    def command(self, command_id: str) -> LiveProcess:
-        live = self._by_command.get(command_id)
-        if live is None:
-            raise CommandNotRunning(command_id)
-        return live
-
     # -- following -----------------------------------------------------------------
 
-    def log_path(self, sandbox_id: str, command_id: str) -> Path:
-        return self._log_dir / sandbox_id / f"{command_id}.jsonl"
-
-    def events(self, sandbox_id: str, command_id: str, after: int) -> AsyncIterator[Record | None]:
-        """Replay the log from `after`, then follow; NotFound for an unknown command."""
-        path = self.log_path(sandbox_id, command_id)
-        if not path.exists():
-            raise NotFound("command", command_id)
-        live = self._by_command.get(command_id)
-        return follow(path, after, live.writer if live else None, self._keepalive)
+    async def events(
+        self, sandbox_id: str, command_id: str, after: int
+    ) -> AsyncIterator[Record | None]:
+        """The command's log from its node after `after`, then new records to its exit
+        (None: a keepalive tick); ends at once if the node no longer keeps it."""
+        try:
+            records = self._node.command_events(sandbox_id, command_id, after, self._keepalive)
+            async for record in records:
+                yield record
+        except FileNotFoundError:
+            return
 
     def follow(self, live: LiveProcess, queue_size: int) -> Follow:
         """A live feed of the process's events from now on (None at its end)."""
@@ -255,47 +247,65 @@ class ProcessRegistry:
     def unfollow(self, live: LiveProcess, feed: Follow) -> None:
         live.followers.discard(feed)
 
-    # -- input and signals (by command id) ---------------------------------------
+    # -- input and signals (by command id, through its node) ----------------------
 
-    async def write_stdin(self, command_id: str, data: bytes, eof: bool) -> None:
-        handle = self.command(command_id).handle
-        async with asyncio.timeout(self._call_timeout):
-            if data:
-                await handle.write_stdin(data)
-            if eof:
-                await handle.close_stdin()
+    async def write_stdin(self, sandbox_id: str, command_id: str, data: bytes, eof: bool) -> None:
+        async with self._running(command_id):
+            await self._node.command_input(sandbox_id, command_id, data, eof)
 
-    async def signal(self, command_id: str, signum: int) -> None:
-        async with asyncio.timeout(self._call_timeout):
-            await self.command(command_id).handle.signal(signum)
+    async def signal(self, sandbox_id: str, command_id: str, signum: int) -> None:
+        async with self._running(command_id):
+            await self._node.command_signal(sandbox_id, command_id, signum)
 
-    async def resize(self, command_id: str, rows: int, cols: int) -> None:
-        async with asyncio.timeout(self._call_timeout):
-            await self.command(command_id).handle.resize(rows, cols)
+    async def resize(self, sandbox_id: str, command_id: str, rows: int, cols: int) -> None:
+        async with self._running(command_id):
+            await self._node.command_resize(sandbox_id, command_id, rows, cols)
 
     # -- ending --------------------------------------------------------------------
 
     async def end_sandbox(self, sandbox_id: str) -> None:
-        """The sandbox is gone: end every pump of it (its slots released, followers
-        told) and remove its logs (open readers keep their file handle)."""
-        pumps = [p.pump for p in self.held_in(sandbox_id).values() if p.pump is not None]
-        for pump in pumps:
-            pump.cancel()
-        if pumps:
-            await asyncio.wait(pumps, timeout=self._call_timeout)
-        shutil.rmtree(self._log_dir / sandbox_id, ignore_errors=True)
+        """The sandbox is gone: end every pump of it (followers told) and release the
+        places of its processes (its node removed their logs)."""
+        held = [p for p in self.held_in(sandbox_id).values() if p.pump is not None]
+        for live in held:
+            assert live.pump is not None
+            live.pump.cancel()
+        if held:
+            await asyncio.wait([p.pump for p in held if p.pump], timeout=self._call_timeout)
+        for live in held:
+            if live.config is not None:
+                release_command(self._db, live.command_id)
 
     async def aclose(self) -> None:
         await self._tasks.cancel_all()
 
     # -- internals -----------------------------------------------------------------
 
-    def _reserve(self, sandbox_id: str, org_id: str, config: ProcessConfig) -> str:
-        return reserve_command(self._db, self._quotas, org_id, sandbox_id, config.stored())
+    def _reserve(
+        self,
+        sandbox_id: str,
+        org_id: str,
+        config: ProcessConfig,
+        *,
+        logged: bool,
+        pty: bool = False,
+    ) -> str:
+        return reserve_command(
+            self._db, self._quotas, org_id, sandbox_id, config.stored(), logged=logged, pty=pty
+        )
+
+    @contextlib.asynccontextmanager
+    async def _running(self, command_id: str) -> AsyncIterator[None]:
+        """A call on a running command within the node-call timeout; 409
+        `command_not_running` once it has ended."""
+        try:
+            async with asyncio.timeout(self._call_timeout):
+                yield
+        except ProcessLookupError as exc:
+            raise CommandNotRunning(command_id) from exc
 
     def _register(self, live: LiveProcess) -> None:
         self._by_pid[(live.sandbox_id, live.pid)] = live
-        self._by_command[live.command_id] = live
         name = f"process-pump-{live.sandbox_id}-{live.command_id}"
         live.pump = self._tasks.spawn(self._pump(live), name)
 
@@ -304,22 +314,35 @@ class ProcessRegistry:
         try:
             with self._activity.hold(live.sandbox_id):  # a running process is activity
                 exit_code = await self._relay(live)
-        except Exception as exc:  # the VM stopped or was suspended: the process is lost
-            log.info("process %d in %s lost its output: %s", live.pid, live.sandbox_id, exc)
+        except Exception as exc:  # the VM stopped, or this replica lost the node's stream
+            log.info("process %d in %s: output stream ended: %s", live.pid, live.sandbox_id, exc)
         finally:
             self._forget(live)
-            if live.writer is not None:
-                live.writer.close()
-                release_command(self._db, live.command_id, exit_code)
             for feed in live.followers:
                 if not feed.full():
                     feed.put_nowait(None)
             live.followers.clear()
+        if live.config is not None:
+            await self._settle(live, exit_code)
+
+    async def _settle(self, live: LiveProcess, exit_code: int | None) -> None:
+        """Record the exit; without one, what the node says of the command: ended (its
+        code, or lost), or still running there (left for the sweep, as when the node
+        does not answer)."""
+        if exit_code is None:
+            try:
+                async with asyncio.timeout(self._call_timeout):
+                    ends = await self._node.command_ends(live.sandbox_id, [live.command_id])
+            except Exception as exc:
+                log.info("command %s: its node did not say how it ended: %s", live.command_id, exc)
+                return
+            if not ends:
+                return
+            exit_code = ends[0].exit_code
+        release_command(self._db, live.command_id, exit_code)
 
     async def _relay(self, live: LiveProcess) -> int | None:
         async for event in live.handle.events():
-            if live.writer is not None:
-                live.writer.append(event)
             for feed in list(live.followers):
                 if feed.qsize() >= feed.maxsize - 1 or feed.bytes >= FOLLOW_BYTES:
                     live.followers.discard(feed)
@@ -333,4 +356,3 @@ class ProcessRegistry:
     def _forget(self, live: LiveProcess) -> None:
         if self._by_pid.get((live.sandbox_id, live.pid)) is live:
             del self._by_pid[(live.sandbox_id, live.pid)]
-        self._by_command.pop(live.command_id, None)

@@ -84,13 +84,20 @@ def admit_command(session: Session, config: QuotaConfig, org_id: str, sandbox_id
 
 
 def reserve_command(
-    db: Database, config: QuotaConfig, org_id: str, sandbox_id: str, argv: dict[str, Any]
+    db: Database,
+    config: QuotaConfig,
+    org_id: str,
+    sandbox_id: str,
+    argv: dict[str, Any],
+    *,
+    logged: bool = True,
+    pty: bool = False,
 ) -> str:
     """A `commands` row holding one place under the quota for a process about to start
-    (429 if none)."""
+    (429 if none); `logged`: its node keeps its output log (not an `exec`)."""
     with db.session() as session:
         admit_command(session, config, org_id, sandbox_id)
-        return CommandRepo(session).create(sandbox_id, argv).id
+        return CommandRepo(session).create(sandbox_id, argv, logged=logged, pty=pty).id
 
 
 def release_command(db: Database, command_id: str, exit_code: int | None = None) -> None:

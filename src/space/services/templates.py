@@ -51,11 +51,10 @@ from space.recipes.parse import RecipeError
 from space.recipes.worker import RecipeChecker
 from space.seam import wire
 from space.seam.protocol import NodeClient
-from space.seam.values import BuildSpec
+from space.seam.values import BuildSpec, Record
 from space.services import quotas as admission
 from space.services.access import require
 from space.services.errors import Conflict, Invalid, QuotaExceeded
-from space.services.eventlog import Record
 from space.services.sandboxes import SandboxService
 from space.store import quotas
 from space.store.db import Database

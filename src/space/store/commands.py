@@ -16,7 +16,7 @@ from space.store.models import Command, utcnow
 class CommandState(StrEnum):
     RUNNING = "running"
     EXITED = "exited"
-    LOST = "lost"  # its process was still running when the server that owned it stopped
+    LOST = "lost"  # it ended without an exit code: its VM stopped, or its node restarted
 
 
 class CommandRepo:
@@ -24,13 +24,21 @@ class CommandRepo:
         self.session = session
 
     def create(
-        self, sandbox_id: str, argv: dict[str, Any], *, command_id: str | None = None
+        self,
+        sandbox_id: str,
+        argv: dict[str, Any],
+        *,
+        command_id: str | None = None,
+        logged: bool = True,
+        pty: bool = False,
     ) -> Command:
         row = Command(
             id=command_id or new_id("cmd"),
             sandbox_id=sandbox_id,
             argv=argv,
             state=CommandState.RUNNING.value,
+            logged=logged,
+            pty=pty,
         )
         self.session.add(row)
         self.session.flush()
@@ -57,28 +65,24 @@ class CommandRepo:
         query = select(Command.sandbox_id).where(Command.state == CommandState.RUNNING.value)
         return set(self.session.scalars(query))
 
+    def running(self, after: str, limit: int) -> list[Command]:
+        """A page of the commands still running: at most `limit` with ids past `after`,
+        in id order (the sweep walks them all)."""
+        query = (
+            select(Command)
+            .where(Command.state == CommandState.RUNNING.value, Command.id > after)
+            .order_by(Command.id)
+            .limit(limit)
+        )
+        return list(self.session.scalars(query))
+
     def finish(self, command_id: str, exit_code: int | None) -> None:
-        """Record the exit; without an exit code the process was lost."""
+        """Record the exit; without an exit code the process was lost. A recorded exit
+        is never turned into a loss (a late sweep), a loss may become an exit."""
         state = CommandState.LOST if exit_code is None else CommandState.EXITED
         self.session.execute(
             update(Command)
-            .where(Command.id == command_id)
+            .where(Command.id == command_id, Command.state != CommandState.EXITED.value)
             .values(state=state.value, exit_code=exit_code, finished_at=utcnow())
             .execution_options(synchronize_session=False)
         )
-
-    def mark_running_lost(self) -> list[str]:
-        """At startup: commands a previous process was streaming can never finish here."""
-        ids = list(
-            self.session.scalars(
-                select(Command.id).where(Command.state == CommandState.RUNNING.value)
-            )
-        )
-        if ids:
-            self.session.execute(
-                update(Command)
-                .where(Command.id.in_(ids))
-                .values(state=CommandState.LOST.value, finished_at=utcnow())
-                .execution_options(synchronize_session=False)
-            )
-        return ids

@@ -15,6 +15,8 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -155,6 +157,8 @@ class Command(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    logged: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    pty: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class Node(Base):

@@ -130,7 +130,7 @@ async def commands(sandbox: SandboxDep, state: StateDep, session: SessionDep) ->
                 exit_code=row.exit_code,
                 created_at=row.created_at,
                 finished_at=row.finished_at,
-                has_log=state.processes.log_path(sandbox.id, row.id).exists(),
+                has_log=row.logged,
             )
             for row in rows
         ]

@@ -85,8 +85,8 @@ async def start(request: Request, target: EnvdDep, front: FrontDep, state: State
             target.org_id,
             config,
             node_request,
-            lambda launched: state.node.start_process(
-                target.sandbox_id, launched, user=user, stdin_pipe=stdin_pipe
+            lambda launched, command_id: state.node.start_process(
+                target.sandbox_id, launched, user=user, stdin_pipe=stdin_pipe, command_id=command_id
             ),
             pty=pty is not None,
             tag=body.tag,

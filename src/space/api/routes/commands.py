@@ -101,7 +101,7 @@ async def start_command(body: ExecBody, sandbox: DataPlaneDep, state: StateDep) 
             sandbox.org_id,
             ProcessConfig.of(request),
             request,
-            lambda launched: state.node.start_command(sandbox.id, launched),
+            lambda launched, command_id: state.node.start_command(sandbox.id, launched, command_id),
             pty=request.pty is not None,
         )
     except OSError as exc:
@@ -136,11 +136,13 @@ async def command_events(
     sandbox: DataPlaneDep,
     principal: PrincipalDep,
     state: StateDep,
+    session: SessionDep,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     """`stdout`/`stderr`/`exit` events as SSE; `Last-Event-ID` resumes after that id.
     The stream ends soon after its key is revoked or expires."""
     after = _parse_last_event_id(last_event_id)
+    CommandRepo(session).get(sandbox.id, command_id)
     records = state.processes.events(sandbox.id, command_id, after)
     watch = KeyWatch(state.db, principal.key_id, state.settings.keys.revocation_check)
     return StreamingResponse(
@@ -160,7 +162,7 @@ async def command_stdin(
         data = base64.b64decode(body.data, validate=True)
     except binascii.Error as exc:
         raise ApiError(422, "validation_error", "data: not valid base64", "data") from exc
-    await state.processes.write_stdin(command_id, data, body.eof)
+    await state.processes.write_stdin(sandbox.id, command_id, data, body.eof)
     return Response(status_code=204)
 
 
@@ -169,7 +171,7 @@ async def command_signal(
     command_id: str, body: SignalBody, sandbox: DataPlaneDep, state: StateDep, session: SessionDep
 ) -> Response:
     CommandRepo(session).get(sandbox.id, command_id)
-    await state.processes.signal(command_id, _signum(body.signal))
+    await state.processes.signal(sandbox.id, command_id, _signum(body.signal))
     return Response(status_code=204)
 
 
@@ -178,11 +180,10 @@ async def command_resize(
     command_id: str, body: PtySize, sandbox: DataPlaneDep, state: StateDep, session: SessionDep
 ) -> Response:
     """Set a pty command's terminal size (the process gets SIGWINCH)."""
-    CommandRepo(session).get(sandbox.id, command_id)
-    live = state.processes.command(command_id)
-    if not live.pty:
+    row = CommandRepo(session).get(sandbox.id, command_id)
+    if not row.pty:
         raise ApiError(409, "no_terminal", "the command was not started with `pty`", "command_id")
-    await state.processes.resize(command_id, body.rows, body.cols)
+    await state.processes.resize(sandbox.id, command_id, body.rows, body.cols)
     return Response(status_code=204)
 
 

@@ -1,4 +1,4 @@
-"""A command's event log (`services.eventlog`): written once, followed by any number of
+"""A command's output log (`node.commandlog`): written once, followed by any number of
 readers, a partial last line skipped, capped with the drop counted in its exit."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from space.node.commandlog import LogWriter, follow
 from space.seam.values import ProcessEvent
-from space.services.eventlog import LogWriter, follow
 
 
 async def test_follow_skips_a_partial_last_line(tmp_path: Path) -> None:

@@ -1,9 +1,11 @@
-"""The host-side output log of one command: append-only JSON lines on disk, capped.
+"""The output log of one command, kept by the node that runs it: append-only JSON
+lines on disk, capped.
 
 Every event a command produces is appended as `{"id": n, "event": kind, "data": {...}}`
-with ids 1, 2, 3, ... before any reader sees it; readers (SSE streams) only ever
-read the file. So a reader that re-attaches with `Last-Event-ID: n` replays
-exactly the records after `n`, and any number of readers see identical streams.
+with ids 1, 2, 3, ... before any reader sees it; readers (the stream `start_command`
+answers with, and `command_events` from any control-plane replica) only ever read
+the file. So a reader that re-attaches with `Last-Event-ID: n` replays exactly the
+records after `n`, and any number of readers see identical streams.
 
 A log holds at most `limit` bytes. Output that would pass it (less room kept
 for the closing record) is dropped and counted, and the `exit` record then
@@ -16,22 +18,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from space.seam.values import ProcessEvent
+from space.seam.values import EventKind, ProcessEvent, Record
 
 #: Room always kept for the `exit` record, however full the log is.
 EXIT_RESERVE = 256
-
-
-@dataclass(frozen=True)
-class Record:
-    id: int
-    event: str
-    data: dict[str, Any]
 
 
 def to_record(seq: int, event: ProcessEvent, dropped: int = 0) -> Record:
@@ -43,14 +38,22 @@ def to_record(seq: int, event: ProcessEvent, dropped: int = 0) -> Record:
     return Record(seq, event.kind, {"data": base64.b64encode(event.data).decode()})
 
 
+def to_event(record: Record) -> ProcessEvent:
+    """The process event a record was written from (`dropped_bytes` is not carried)."""
+    if record.event == "exit":
+        return ProcessEvent("exit", exit_code=record.data.get("exit_code"))
+    kind: EventKind = "stderr" if record.event == "stderr" else "stdout"
+    return ProcessEvent(kind, base64.b64decode(record.data.get("data", "")))
+
+
 class LogWriter:
     """Appends records (up to `limit` bytes on disk) and wakes readers; `close`
     marks the log complete."""
 
     def __init__(self, path: Path, limit: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = path
-        self._file: IO[bytes] = path.open("ab")
+        self._file: IO[bytes] = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "ab")
         self._limit = max(limit, EXIT_RESERVE)
         self._size = self._file.tell()
         self._seq = 0
@@ -111,6 +114,23 @@ async def follow(
                     await changed.wait()
             except TimeoutError:
                 yield None
+
+
+def exit_code_of(path: Path) -> int | None:
+    """The exit code a complete log ends with; None if it ends without an `exit`
+    record (the process was lost) or cannot be read. Reads only the file's tail."""
+    try:
+        with path.open("rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(0, size - 2 * EXIT_RESERVE))
+            last = file.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+        raw = json.loads(last)
+    except (OSError, ValueError):
+        return None
+    code = raw.get("data", {}).get("exit_code") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or raw.get("event") != "exit" or not isinstance(code, int):
+        return None
+    return code
 
 
 def _read_complete(file: IO[bytes]) -> Iterator[Record]:
