@@ -32,6 +32,7 @@ class Cluster:
         self.token_file.chmod(0o600)
         self.node_port = free_port()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._data_dirs: dict[str, Path] = {}  # of replicas with a data dir of their own
 
     @property
     def node_url(self) -> str:
@@ -80,11 +81,11 @@ class Cluster:
         database, node and credential key files (mounted from one Secret in a chart);
         `wait`: until it answers (else `healthy` later)."""
         keys = self.server.data_dir
+        self._data_dirs[name] = self.server.root / f"data-{name}"
         self.spawn_as(
             name,
             "api",
             ["--port", str(port)],
-            data_dir=self.server.root / f"data-{name}",
             SPACE_NODE_URL=self.node_url,
             SPACE_NODE_TOKEN_FILE=str(self.token_file),
             SPACE_CREDENTIALS_KEY_FILE=str(keys / "credentials.key"),
@@ -94,17 +95,12 @@ class Cluster:
             self.healthy(name, f"http://127.0.0.1:{port}/healthz")
 
     def spawn_as(
-        self,
-        name: str,
-        command: str,
-        args: list[str],
-        within: Sequence[str] = (),
-        data_dir: Path | None = None,
-        **env: str,
+        self, name: str, command: str, args: list[str], within: Sequence[str] = (), **env: str
     ) -> None:
-        """`space <command> args` on `data_dir` (default: this server's; run by the
-        command `within` names, if any), known here as `name`."""
-        data = data_dir or self.server.data_dir
+        """`space <command> args` on the data dir of `name` (this server's, unless it is a
+        replica of its own; run by the command `within` names, if any), known here as
+        `name`."""
+        data = self._data_dirs.get(name, self.server.data_dir)
         argv = [*within, space_binary(), command, "--data-dir", str(data), *args]
         with self.log(name).open("ab") as log:
             self._procs[name] = subprocess.Popen(
