@@ -27,6 +27,7 @@ from sqlalchemy import create_engine, text
 from space.api.app import create_app
 from space.config import Settings
 from space.config.control import ControllerConfig
+from space.config.secrets import CredentialsConfig
 from space.config.server import ServerConfig
 from space.store.db import Database, make_engine, upgrade
 from space.store.keys import KeyRepo
@@ -98,6 +99,16 @@ def store(db_url: str) -> Iterator[Database]:
     db = Database(engine)
     yield db
     db.dispose()
+
+
+def replica(settings: Settings, data_dir: Path) -> Settings:
+    """Another API replica's settings: a data dir of its own, the key files of
+    `settings` (as every control-plane process of a cluster mounts them alike)."""
+    shared = CredentialsConfig(
+        key_file=settings.credentials.key_path(settings.data_dir),
+        placeholder_key_file=settings.credentials.placeholder_path(settings.data_dir),
+    )
+    return settings.model_copy(update={"data_dir": data_dir, "credentials": shared})
 
 
 @pytest.fixture

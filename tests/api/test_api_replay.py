@@ -17,6 +17,7 @@ from space.control.controller import Controller
 from space.store.commands import CommandRepo
 from space.store.db import Database
 from space.store.models import Sandbox
+from tests.conftest import replica
 from tests.control.fakes import FakeNode
 
 
@@ -35,11 +36,11 @@ async def test_another_replica_replays_follows_and_signals_what_one_started(
     waiting = await client.post(f"/v1/sandboxes/{sandbox_id}/commands", json={"cmd": "wait"})
     finished_id, waiting_id = finished.json()["id"], waiting.json()["id"]
 
-    other = settings.model_copy(update={"data_dir": tmp_path / "replica-b"})
-    replica = create_app(other, fake_node, db=db)
-    transport = httpx.ASGITransport(app=replica)
+    other = replica(settings, tmp_path / "replica-b")
+    second = create_app(other, fake_node, db=db)
+    transport = httpx.ASGITransport(app=second)
     async with (
-        replica.router.lifespan_context(replica),
+        second.router.lifespan_context(second),
         httpx.AsyncClient(
             transport=transport, base_url="http://space", headers=dict(client.headers)
         ) as http,

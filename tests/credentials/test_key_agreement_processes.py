@@ -78,10 +78,15 @@ def test_a_replica_with_other_key_files_is_refused_at_start(
     apis.append(alone)
     _, stderr = alone.process.communicate(timeout=60)
     assert alone.process.returncode == 2, stderr
-    assert "SPACE_CREDENTIALS_KEY_FILE" in stderr and "does not exist" in stderr, stderr
+    assert "SPACE_CREDENTIALS_" in stderr and "does not exist" in stderr, stderr
 
-    keys = tmp_path / "a" / "credentials.key"
-    shared = Api(db_url, tmp_path / "c", SPACE_CREDENTIALS_KEY_FILE=str(keys))
+    keys = tmp_path / "a"
+    shared = Api(
+        db_url,
+        tmp_path / "c",
+        SPACE_CREDENTIALS_KEY_FILE=str(keys / "credentials.key"),
+        SPACE_CREDENTIALS_PLACEHOLDER_KEY_FILE=str(keys / "credentials-placeholder.key"),
+    )
     apis.append(shared)
     wait_until(shared.healthy, 60)
     listed = httpx.get(f"{shared.url}/v1/credentials", headers=HEADERS)

@@ -33,6 +33,7 @@ class Cluster:
         self.node_port = free_port()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._data_dirs: dict[str, Path] = {}  # of replicas with a data dir of their own
+        self._ports: dict[str, int] = {}  # their ingress ports
 
     @property
     def node_url(self) -> str:
@@ -82,10 +83,15 @@ class Cluster:
         `wait`: until it answers (else `healthy` later)."""
         keys = self.server.data_dir
         self._data_dirs[name] = self.server.root / f"data-{name}"
+        self._ports.setdefault(name, free_port())
         self.spawn_as(
             name,
             "api",
             ["--port", str(port)],
+            SPACE_DATABASE_URL=self.server.env.get(
+                "SPACE_DATABASE_URL", f"sqlite:///{keys / 'space.db'}"
+            ),
+            SPACE_INGRESS_PORT=str(self._ports[name]),
             SPACE_NODE_URL=self.node_url,
             SPACE_NODE_TOKEN_FILE=str(self.token_file),
             SPACE_CREDENTIALS_KEY_FILE=str(keys / "credentials.key"),

@@ -8,9 +8,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from prometheus_client.registry import Collector
 
-from space.api import e2b
+from space.api import e2b, token_secrets
 from space.api.bootstrap import open_database
 from space.api.console import routes as console
+from space.api.e2b.config import E2bConfig
 from space.api.errors import install_error_handlers
 from space.api.ingress import Ingress
 from space.api.limits import RequestLimits
@@ -86,7 +87,11 @@ def create_app(
         credentials=pushes,
     )
     metrics = Metrics(db, node, metrics_from)
-    e2b_front = e2b.E2bFront(settings)
+    e2b_config = E2bConfig()
+    tokens = token_secrets.agreed(
+        settings, e2b_config.token_secret, db, lambda: credential_service.placeholder_secret
+    )
+    e2b_front = e2b.E2bFront(settings, tokens, e2b_config)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -123,12 +128,18 @@ def create_app(
         keys=KeyService(db=db),
         credentials=CredentialAdmin(broker=credential_service, push=pushes),
         secrets=SecretService(broker=credential_service, push=pushes),
+        tokens=tokens,
         activity=activity,
     )
     app.state.metrics = metrics
     if node is not None:  # started by `space up` next to the HTTP server
         app.state.ingress = Ingress(
-            settings=settings, db=db, node=node, lifecycle=lifecycle, activity=activity
+            settings=settings,
+            db=db,
+            node=node,
+            lifecycle=lifecycle,
+            activity=activity,
+            token_key=tokens.ingress,
         )
     install_error_handlers(app)
     for module in (

@@ -84,8 +84,11 @@ class Ingress:
         node: NodeClient,
         lifecycle: Lifecycle,
         activity: Activity,
+        token_key: bytes,
     ) -> None:
+        """`token_key`: what private sandboxes' traffic tokens derive from."""
         self._settings = settings
+        self._token_key = token_key
         self._config = settings.ingress
         self._db = db
         self._node = node
@@ -187,7 +190,7 @@ class Ingress:
         (404 unknown, 403 private without its token, 409 not running)."""
         row = await asyncio.to_thread(self._row, target.sandbox_id)
         if is_private(row.meta) and not token_matches(
-            self._config, self._settings.data_dir, row.id, headers.get(TOKEN_HEADER, "")
+            self._token_key, row.id, headers.get(TOKEN_HEADER, "")
         ):
             raise Refusal(403, "forbidden", f"sandbox {row.id} is private: send its {TOKEN_HEADER}")
         if row.state != SandboxState.RUNNING.value and self._settings.auto_restore:

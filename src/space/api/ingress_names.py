@@ -11,14 +11,10 @@ dies with the sandbox id.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
-import os
 import re
-import secrets
 from dataclasses import dataclass
-from pathlib import Path
 
 from space.config.server import IngressConfig
 
@@ -78,34 +74,15 @@ def https_ports(metadata: dict[str, str]) -> frozenset[int]:
     return frozenset(int(w) for w in words if w.strip().isdigit() and 0 < int(w) < 65536)
 
 
-def traffic_token(config: IngressConfig, data_dir: Path, sandbox_id: str) -> str:
-    key = _secret(config.token_secret, data_dir)
+def traffic_token(key: bytes, sandbox_id: str) -> str:
+    """The token a private sandbox's URLs require (`key`: `token_secrets.TokenSecrets.ingress`)."""
     return hmac.new(key, b"traffic:" + sandbox_id.encode(), hashlib.sha256).hexdigest()[:40]
 
 
-def private_token(
-    config: IngressConfig, data_dir: Path, sandbox_id: str, metadata: dict[str, str]
-) -> str | None:
+def private_token(key: bytes, sandbox_id: str, metadata: dict[str, str]) -> str | None:
     """The traffic token of a private sandbox; None for a public one."""
-    return traffic_token(config, data_dir, sandbox_id) if is_private(metadata) else None
+    return traffic_token(key, sandbox_id) if is_private(metadata) else None
 
 
-def token_matches(config: IngressConfig, data_dir: Path, sandbox_id: str, given: str) -> bool:
-    return hmac.compare_digest(traffic_token(config, data_dir, sandbox_id), given)
-
-
-@functools.cache
-def _secret(configured: str | None, data_dir: Path) -> bytes:
-    """The configured secret, else the one in (or newly written into) the data dir."""
-    if configured:
-        return configured.encode()
-    path = data_dir / "ingress-token.key"
-    if not path.exists():
-        data_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another process won the race
-            return path.read_bytes().strip()
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(secrets.token_urlsafe(48).encode())
-    return path.read_bytes().strip()
+def token_matches(key: bytes, sandbox_id: str, given: str) -> bool:
+    return hmac.compare_digest(traffic_token(key, sandbox_id), given)

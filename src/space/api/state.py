@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from space.api.token_secrets import TokenSecrets
 from space.config import Settings
 from space.control.errors import NodeUnavailable
 from space.control.expiry import Activity
@@ -34,6 +35,7 @@ class AppState:
     keys: KeyService
     credentials: CredentialAdmin
     secrets: SecretService
+    tokens: TokenSecrets  # what envd access tokens and private sandboxes' URLs are signed with
     activity: Activity = field(default_factory=Activity)
 
     @property

@@ -95,8 +95,8 @@ class IngressConfig(BaseSettings):
     `localhost:<port>`, which browsers resolve to loopback with no DNS or hosts entry
     (docs/ingress.md). Bounds: the request head, open connections per sandbox, and how
     long a spliced connection may stay silent. `token_secret` derives private sandboxes'
-    traffic access tokens; replicas must share it, otherwise it is generated once into
-    `DATA_DIR/ingress-token.key`."""
+    traffic access tokens; replicas must share it (else `api.token_secrets` finds or
+    derives one)."""
 
     model_config = SettingsConfigDict(
         env_prefix="SPACE_INGRESS_", extra="ignore", populate_by_name=True

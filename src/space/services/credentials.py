@@ -1,6 +1,7 @@
 """The credential broker's control plane in one API process: the sealing keys, the
-placeholder secret and the audit file (each opened on first use, so a deployment
-that never stores a credential creates none of them), `commit`, which runs a
+placeholder secret and the audit file (each opened on first use; an API process
+uses the placeholder secret at start, as the root of its token secrets,
+`api.token_secrets`), `commit`, which runs a
 change and its audit record in one transaction and then appends the record to the
 JSON-lines file, `audit_event`, the record of a key's change, and `guest_env`, the
 placeholder variables every process of a sandbox starts with.

@@ -63,6 +63,19 @@ def agree_sealing(db: Database, keys: FileKeyProvider, path: Path) -> None:
         _agree(db, SEALING + key_id, key, KEY_SETTING, path)
 
 
+def agree_secret(db: Database, name: str, secret: bytes, setting: str) -> None:
+    """A secret set by `setting` (not a file) is the one other processes use."""
+    mine = fingerprint(secret)
+    with db.session() as session:
+        recorded = FingerprintRepo(session).agree(name, mine)
+    if not hmac.compare_digest(recorded, mine):
+        raise KeyDisagreement(
+            f"{setting}: this process's value is not the one other processes of this cluster"
+            f" use (fingerprint {mine[:12]}, recorded {recorded[:12]}): set it alike on every"
+            " API replica, or unset it on all (then it derives from the shared placeholder key)"
+        )
+
+
 def _sealing(recorded: dict[str, str]) -> dict[str, str]:
     return {n.removeprefix(SEALING): fp for n, fp in recorded.items() if n.startswith(SEALING)}
 

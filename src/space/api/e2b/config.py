@@ -1,15 +1,11 @@
 """`E2bConfig`: settings of the E2B-compatible front (`SPACE_E2B_*`).
 
 Built once per process by `create_app`. The token secret signs envd access
-tokens; every API replica must share it (`SPACE_E2B_TOKEN_SECRET`), otherwise
-it is generated once into `DATA_DIR/e2b-token.key` (0600) and reused.
+tokens; every API replica must share it (`SPACE_E2B_TOKEN_SECRET`, else the one
+`api.token_secrets` finds or derives).
 """
 
 from __future__ import annotations
-
-import os
-import secrets
-from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -38,23 +34,3 @@ class E2bConfig(BaseSettings):
         description="the size of an E2B `Volume.create` (which has none), at most "
         "SPACE_MAX_VOLUME_MB",
     )
-
-
-def load_secret(config: E2bConfig, data_dir: Path) -> bytes:
-    """The token secret from the config, else from (or newly into) the data dir."""
-    if config.token_secret:
-        return config.token_secret.encode()
-    path = data_dir / "e2b-token.key"
-    try:
-        return path.read_bytes().strip()
-    except FileNotFoundError:
-        pass
-    data_dir.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_urlsafe(48).encode()
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process won the race
-        return path.read_bytes().strip()
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(secret)
-    return secret

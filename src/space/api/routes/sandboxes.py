@@ -61,7 +61,7 @@ def with_ingress(row: Sandbox, state: AppState) -> SandboxOut:
     """The row's shape with its URL pattern (and token when private)."""
     settings = state.settings
     config = settings.ingress
-    token = ingress_names.private_token(config, settings.data_dir, row.id, row.meta)
+    token = ingress_names.private_token(state.tokens.ingress, row.id, row.meta)
     ingress = IngressOut(
         url=ingress_names.url_pattern(config, row.id),
         public=token is None,
