@@ -107,5 +107,35 @@ def test_sandboxes_shows_where_each_sandbox_is_placed(
     )
     assert main(["nodes", "sandboxes", "host-b", *data]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["SANDBOX", "STATE", "NODE"]
+    assert lines[0].split() == ["SANDBOX", "STATE", "NODE", "LAST", "FAILED", "MOVE"]
     assert lines[1].split() == [ids[1], "creating", "host-b"]
+
+
+def test_drain_wait_ends_when_the_node_is_empty_or_says_what_is_left_and_why(
+    registered: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = Database(make_engine(registered))
+    with db.session() as session:
+        org = KeyRepo(session).ensure_org("acme")
+        sandbox_id = SandboxRepo(session).create(org.id, None, NewSandbox("base", 60)).id
+        SandboxRepo(session).get(sandbox_id).state = "running"
+        placements = PlacementRepo(session)
+        placements.place(sandbox_id, "host-a")
+        placements.move_failed(sandbox_id, "1 failed moves, next in 5s: no shared snapshot store")
+    data = ["--data-dir", str(tmp_path)]
+    assert main(["nodes", "drain", "host-b", "--wait", "30", *data]) == 0
+    assert "drained: nothing left on host-b" in capsys.readouterr().err
+
+    assert main(["nodes", "drain", "host-a", "--wait", "1", *data]) == 1
+    captured = capsys.readouterr()
+    assert "1 sandbox(es) left on host-a" in captured.err
+    assert "did not end within 1s" in captured.err
+    left = captured.out.splitlines()[-1]
+    assert left.split()[:3] == [sandbox_id, "running", "host-a"]
+    assert left.endswith("no shared snapshot store")
+
+    with db.session() as session:
+        PlacementRepo(session).move_failed(sandbox_id, None)
+        PlacementRepo(session).place(sandbox_id, "host-b")
+    db.dispose()
+    assert main(["nodes", "drain", "host-a", "--wait", "30", *data]) == 0

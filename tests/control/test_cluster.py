@@ -27,6 +27,7 @@ from space.store.keys import KeyRepo
 from space.store.models import Node, Org, Sandbox
 from space.store.nodes import Capacity, NodeInfo, NodeRepo, NodeState, WarmPool
 from space.store.placements import PlacementRepo
+from space.store.sandboxes import SandboxRepo
 from tests.control.fakes import FakeNode
 
 pytestmark = pytest.mark.scaleout
@@ -331,6 +332,9 @@ async def test_a_draining_nodes_sandboxes_move_off_it(
             assert PlacementRepo(session).node_of(sid) != "node-b"
     ran = await http.post(f"/v1/sandboxes/{on_b[1]}/exec", json={"cmd": "echo moved"})
     assert ran.json()["stdout"] == "moved\n"
+    with database(nodes).session() as session:  # what an operator sees of it
+        left = {sid: why for sid, _state, why in PlacementRepo(session).left_on("node-b")}
+    assert left[on_b[2]] is not None and left[on_b[2]].startswith("1 failed moves, next in 5s")
     await drain.once()  # the one that failed waits before it is tried again
     assert suspends == [on_b[1], on_b[2]]
     clock[0] += 5  # then it is, promptly: its publish fails again, so it waits twice as long
@@ -346,6 +350,8 @@ async def test_a_draining_nodes_sandboxes_move_off_it(
     assert suspends == [on_b[1], on_b[2], on_b[2]]  # the real suspend is not counted
     with database(nodes).session() as session:
         assert PlacementRepo(session).node_of(on_b[2]) != "node-b"
+        assert PlacementRepo(session).left_on("node-b") == []
+        assert SandboxRepo(session).get(on_b[2]).move_error is None
     assert (await sandbox_states(http, [on_b[2]])) == {on_b[2]: "running"}
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,10 @@ from space.store.nodes import NodeInfo, NodeRepo, NodeState
 
 if TYPE_CHECKING:
     from space.store.keys import KeyInfo
+
+#: Seconds between looks at what a drain has left.
+DRAIN_POLL = 2.0
+LEFT_HEADERS = ["SANDBOX", "STATE", "NODE", "LAST FAILED MOVE"]
 
 VERBS = {
     "cordon": (NodeState.CORDONED, "keep new sandboxes off a node"),
@@ -72,6 +77,14 @@ def register(sub: Any) -> None:
         parser.set_defaults(verb=verb)
         json_flag(parser)
         server_flags(parser, listen=False)
+        if verb == "drain":
+            parser.add_argument(
+                "--wait",
+                type=_positive_seconds,
+                metavar="SECONDS",
+                help="then wait (at most SECONDS) until nothing movable is left on them;"
+                " exit 1 naming what is left and why its last move failed",
+            )
     placed = add_command(verbs, "sandboxes", cmd_nodes_sandboxes, "the sandboxes on nodes")
     placed.add_argument("names", nargs="*", metavar="NAME", help="these nodes (default: all)")
     json_flag(placed)
@@ -275,7 +288,40 @@ def cmd_nodes_set(args: argparse.Namespace) -> int:
     else:
         for node in changed:
             out(f"{node.name} {node.state.value}")
+    if getattr(args, "wait", None):
+        return _drained(args, args.wait)
     return 0
+
+
+def _drained(args: argparse.Namespace, seconds: float) -> int:
+    """Wait until no movable sandbox is left on the nodes (the leading controller moves
+    them); 1 and what is left, with why its last move failed, if some are at the end."""
+    from space.control.drain import MOVABLE
+    from space.store.placements import PlacementRepo
+
+    db = _database(args)
+    deadline = time.monotonic() + seconds
+    shown = -1
+    try:
+        while True:
+            with db.session() as session:
+                placed = PlacementRepo(session).left_on
+                left = [(s, st, n, why) for n in args.names for s, st, why in placed(n)]
+            left = [row for row in left if row[1] in MOVABLE]
+            if not left:
+                err(f"drained: nothing left on {', '.join(args.names)}")
+                return 0
+            if len(left) != shown:
+                shown = len(left)
+                err(f"{shown} sandbox(es) left on {', '.join(args.names)}")
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(min(DRAIN_POLL, max(0.0, deadline - time.monotonic())))
+    finally:
+        db.dispose()
+    err(f"error: the drain did not end within {seconds:.0f}s; left:")
+    table([(s, st, n, why or "not tried yet") for s, st, n, why in left], LEFT_HEADERS)
+    return 1
 
 
 def cmd_nodes_sandboxes(args: argparse.Namespace) -> int:
@@ -285,14 +331,15 @@ def cmd_nodes_sandboxes(args: argparse.Namespace) -> int:
     try:
         with db.session() as session:
             names = args.names or [node.name for node in NodeRepo(session).all()]
-            placed = PlacementRepo(session).placed_on
-            rows = [(sid, state, name) for name in names for sid, state in placed(name)]
+            placed = PlacementRepo(session).left_on
+            rows = [(sid, st, name, why) for name in names for sid, st, why in placed(name)]
     finally:
         db.dispose()
     if args.json:
-        out(json.dumps([{"id": sid, "state": state, "node": node} for sid, state, node in rows]))
+        listed = [{"id": s, "state": st, "node": n, "move_error": why} for s, st, n, why in rows]
+        out(json.dumps(listed))
     else:
-        table(rows, ["SANDBOX", "STATE", "NODE"])
+        table([(s, st, n, why or "") for s, st, n, why in rows], LEFT_HEADERS)
     return 0
 
 

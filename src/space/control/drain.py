@@ -10,7 +10,9 @@ suspended one is only moved. A paused one arrives suspended.
 A move that fails (no other node can take it, no shared store, a move that raced an
 exec) leaves the sandbox on the draining node, running again if it was, and that
 sandbox is tried again after `retry_first` seconds, twice as long after each further
-failure, at most `retry_after`; the reason is logged each time. A crash mid-move
+failure, at most `retry_after`; the reason is logged and kept in its row
+(`move_error`, shown by `space nodes sandboxes` and `space nodes drain --wait`) until
+a move succeeds. A drain is over when nothing movable is left on the node. A crash mid-move
 leaves it suspended, on the node its row names; a restore brings it back, there or
 wherever it moved.
 """
@@ -54,7 +56,7 @@ class Drain:
         *,
         batch: int = 2,
         retry_first: float = 5.0,
-        retry_after: float = 600.0,
+        retry_after: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._db = db
@@ -78,15 +80,12 @@ class Drain:
             except Exception as exc:  # one sandbox that cannot move never stops the rest
                 times = self._failed[sandbox_id].times + 1 if sandbox_id in self._failed else 1
                 self._failed[sandbox_id] = _Failed(self._clock(), times)
-                log.warning(
-                    "drain: sandbox %s stays (%d failed moves, next in %.0fs): %s",
-                    sandbox_id,
-                    times,
-                    self._wait(times),
-                    exc,
-                )
+                why = f"{times} failed moves, next in {self._wait(times):.0f}s: {exc}"
+                log.warning("drain: sandbox %s stays (%s)", sandbox_id, why)
+                await asyncio.to_thread(self._record, sandbox_id, why)
             else:
                 self._failed.pop(sandbox_id, None)
+                await asyncio.to_thread(self._record, sandbox_id, None)
 
     def _due(self, sandbox_id: str) -> bool:
         failed = self._failed.get(sandbox_id)
@@ -106,6 +105,10 @@ class Drain:
             if running:
                 await self._power(self._row(sandbox_id), "restore")
         log.info("drain: sandbox %s moved", sandbox_id)
+
+    def _record(self, sandbox_id: str, why: str | None) -> None:
+        with self._db.session() as session:
+            PlacementRepo(session).move_failed(sandbox_id, why)
 
     def _row(self, sandbox_id: str) -> Sandbox:
         with self._db.session() as session:

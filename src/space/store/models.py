@@ -115,6 +115,9 @@ class Sandbox(Base):
     #: The node it was placed on (`space.control.cluster`); None: not placed yet, or
     #: created by a single-node deployment, where there is one node to ask.
     node: Mapped[str | None] = mapped_column(String(253), nullable=True, index=True)
+    #: Why a drain's last move of it failed (`space.control.drain`); None: none failed
+    #: since its last move.
+    move_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     #: The sandbox it was forked from (its memory and disk at the fork); None: a create.
     fork_of: Mapped[str | None] = mapped_column(String(32), nullable=True)
     #: Its volumes, `{"volume_id", "path", "read_only"}` each, in mount order; None: none.

@@ -11,6 +11,9 @@ from space.store.states import SandboxState
 #: Rows that no longer hold a place on their node.
 GONE = (SandboxState.DELETED.value, SandboxState.ERROR.value)
 
+#: Characters of a failed move's reason kept.
+MAX_MOVE_ERROR = 500
+
 
 class PlacementRepo:
     def __init__(self, session: Session) -> None:
@@ -35,6 +38,23 @@ class PlacementRepo:
             Sandbox.node == node, Sandbox.state != SandboxState.DELETED.value
         )
         return [(sandbox_id, state) for sandbox_id, state in self.session.execute(query)]
+
+    def left_on(self, node: str) -> list[tuple[str, str, str | None]]:
+        """(id, state, why its last move failed) of every row placed on `node` that is
+        not deleted."""
+        query = select(Sandbox.id, Sandbox.state, Sandbox.move_error).where(
+            Sandbox.node == node, Sandbox.state != SandboxState.DELETED.value
+        )
+        return [(sid, state, why) for sid, state, why in self.session.execute(query)]
+
+    def move_failed(self, sandbox_id: str, why: str | None) -> None:
+        """Record why a move of the sandbox failed (None: it moved)."""
+        self.session.execute(
+            update(Sandbox)
+            .where(Sandbox.id == sandbox_id)
+            .values(move_error=why[:MAX_MOVE_ERROR] if why else None)
+            .execution_options(synchronize_session=False)
+        )
 
     def load(self) -> dict[str, int]:
         """How many sandboxes each node holds a place for (not deleted, not failed)."""
