@@ -103,6 +103,20 @@ class NodeCommands:
             raise ProcessLookupError(3, "the command is not running", command_id)
         return running.handle
 
+    async def feed(self, sandbox_id: str, command_id: str, data: bytes, eof: bool) -> None:
+        """Write to a running command's stdin (`eof`: then close it)."""
+        handle = self.handle(sandbox_id, command_id)
+        if data:
+            await handle.write_stdin(data)
+        if eof:
+            await handle.close_stdin()
+
+    async def signal(self, sandbox_id: str, command_id: str, signum: int) -> None:
+        await self.handle(sandbox_id, command_id).signal(signum)
+
+    async def resize(self, sandbox_id: str, command_id: str, rows: int, cols: int) -> None:
+        await self.handle(sandbox_id, command_id).resize(rows, cols)
+
     async def ends(self, sandbox_id: str, command_ids: Iterable[str]) -> list[CommandEnd]:
         """Of `command_ids`, those no longer running, with their exit codes."""
         ended = [c for c in command_ids if c not in self._running and c not in self._executing]

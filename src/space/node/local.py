@@ -399,17 +399,13 @@ class LocalNode:
         return self._commands.events(sandbox_id, command_id, after, keepalive)
 
     async def command_input(self, sandbox_id: str, command_id: str, data: bytes, eof: bool) -> None:
-        handle = self._commands.handle(sandbox_id, command_id)
-        if data:
-            await handle.write_stdin(data)
-        if eof:
-            await handle.close_stdin()
+        await self._commands.feed(sandbox_id, command_id, data, eof)
 
     async def command_signal(self, sandbox_id: str, command_id: str, signum: int) -> None:
-        await self._commands.handle(sandbox_id, command_id).signal(signum)
+        await self._commands.signal(sandbox_id, command_id, signum)
 
     async def command_resize(self, sandbox_id: str, command_id: str, rows: int, cols: int) -> None:
-        await self._commands.handle(sandbox_id, command_id).resize(rows, cols)
+        await self._commands.resize(sandbox_id, command_id, rows, cols)
 
     async def command_ends(self, sandbox_id: str, command_ids: list[str]) -> list[CommandEnd]:
         return await self._commands.ends(sandbox_id, command_ids)
