@@ -125,7 +125,7 @@ def test_nothing_under_the_data_dir_is_readable_by_group_or_other(
         assert stat.S_IMODE((server.data_dir / "pool.btrfs").stat().st_mode) == 0o600
         assert stat.S_IMODE((server.data_dir / "space.db").stat().st_mode) == 0o600
         assert any(p.name == "disk.ext4" for p in snapshots), snapshots  # the pool was walked
-        assert list((server.data_dir / "commands").iterdir()), "the command log was walked"
+        assert list((server.data_dir / "command-logs").iterdir()), "the command log was walked"
 
 
 def test_sigterm_ends_warm_vms_and_leaves_sandboxes_for_adoption(

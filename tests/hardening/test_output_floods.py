@@ -232,7 +232,7 @@ def test_stdout_flood_of_a_command(node: Node) -> None:
         created = http.post(commands, json={"cmd": f"head -c {TWO_GB} /dev/zero"})
         assert created.status_code == 201, created.text
         cid = created.json()["id"]
-        log = node.server.data_dir / "commands" / sandbox / f"{cid}.jsonl"
+        log = node.server.data_dir / "command-logs" / sandbox / f"{cid}.jsonl"
         deadline = time.monotonic() + FLOOD_SECONDS
         while (exit_record := _exit_of(log)) is None:
             assert log.stat().st_size <= COMMAND_LOG_CAP
@@ -244,7 +244,7 @@ def test_stdout_flood_of_a_command(node: Node) -> None:
 
     m = under_flood(node, flood)
     cid, exit_record = m.value
-    log = node.server.data_dir / "commands" / sandbox / f"{cid}.jsonl"
+    log = node.server.data_dir / "command-logs" / sandbox / f"{cid}.jsonl"
     assert log.stat().st_size <= COMMAND_LOG_CAP
     kept = sum(len(base64.b64decode(r["data"]["data"])) for r in _records(log)[:-1])
     dropped = exit_record["data"]["dropped_bytes"]

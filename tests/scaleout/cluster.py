@@ -135,6 +135,10 @@ class Cluster:
         self._procs[name].send_signal(sig)
         self._procs[name].wait(timeout=STOP_TIMEOUT)
 
+    def signal(self, name: str, sig: int) -> None:
+        """Send `sig` to one process and go on (`alive` tells when it is gone)."""
+        self._procs[name].send_signal(sig)
+
     def alive(self, name: str) -> bool:
         return self._procs[name].poll() is None
 

@@ -13,9 +13,11 @@ import json
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict
+from functools import partial
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from space.cli.common import add_command, json_flag, server_flags, settings_from
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: Seconds between looks at what a stopping node's drain has left.
+STOP_DRAIN_POLL = 2.0
 
 
 def register(sub: Any) -> None:
@@ -360,11 +364,50 @@ async def _serve_node(settings: Settings, gate: Gate, listen: tuple[str, int]) -
     from space.node.server import create_node_app
     from space.node.server_io import WS_MAX_FRAME
 
-    async with _hosted_node(settings) as (node, _db):
+    async with _hosted_node(settings) as (node, db):
         app = create_node_app(node, gate, settings.node_link, metrics=node.metrics.registry)
         out(f"SPACE node listening on http://{listen[0]}:{listen[1]}")
         drain = settings.node_link.drain_seconds  # process streams last as long as the process
-        await _uvicorn_at(app, listen, ws_max_size=WS_MAX_FRAME, drain=drain)
+        before_stop = (
+            partial(_drain_away, db, settings) if settings.node.on_stop == "drain" else None
+        )
+        await _uvicorn_at(
+            app, listen, ws_max_size=WS_MAX_FRAME, drain=drain, before_stop=before_stop
+        )
+
+
+async def _drain_away(db: Database, settings: Settings) -> None:
+    """`SPACE_NODE_ON_STOP=drain`: go `draining` and wait, still serving, until nothing
+    movable is placed here (the leading controller moves it), or `stop_drain_seconds`."""
+    from space.control.drain import MOVABLE
+    from space.control.registry import NodeIdentity
+    from space.store.nodes import NodeRepo, NodeState
+    from space.store.placements import PlacementRepo
+
+    name = NodeIdentity.of(settings.cluster).name
+
+    def left() -> list[str]:
+        with db.session() as session:
+            placed = PlacementRepo(session).left_on(name)
+        return [sandbox_id for sandbox_id, state, _why in placed if state in MOVABLE]
+
+    def start() -> None:
+        with db.session() as session:
+            NodeRepo(session).set_state(name, NodeState.DRAINING)
+
+    try:
+        await asyncio.to_thread(start)
+        async with asyncio.timeout(settings.node.stop_drain_seconds):
+            while waiting := await asyncio.to_thread(left):
+                log.info("stopping: %d sandbox(es) still to move off this node", len(waiting))
+                await asyncio.sleep(STOP_DRAIN_POLL)
+        log.info("stopping: drained, nothing left on this node")
+    except TimeoutError:
+        log.warning(
+            "stopping: the drain did not end in time; left: %s", await asyncio.to_thread(left)
+        )
+    except Exception as exc:  # the database is down, or the node is lost already: leave
+        log.warning("stopping without a drain: %s", exc)
 
 
 def _announce(settings: Settings) -> None:
@@ -382,8 +425,15 @@ async def _uvicorn(app: Any, settings: Settings) -> None:
 
 
 async def _uvicorn_at(
-    app: Any, listen: tuple[str, int], *, ws_max_size: int, drain: int | None = None
+    app: Any,
+    listen: tuple[str, int],
+    *,
+    ws_max_size: int,
+    drain: int | None = None,
+    before_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
+    """Serve until SIGTERM/SIGINT; `before_stop` first runs to its end, still serving
+    (a second signal stops at once)."""
     import uvicorn
 
     host, port = listen
@@ -395,4 +445,21 @@ async def _uvicorn_at(
         ws_max_size=ws_max_size,
         timeout_graceful_shutdown=drain,
     )
-    await uvicorn.Server(config).serve()
+
+    class Server(uvicorn.Server):
+        stopping: asyncio.Task[None] | None = None
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if before_stop is None or self.stopping is not None:
+                super().handle_exit(sig, frame)
+            else:  # a signal handler runs on the loop's thread, between its steps
+                self.stopping = asyncio.get_running_loop().create_task(self.then(sig, frame))
+
+        async def then(self, sig: int, frame: FrameType | None) -> None:
+            try:
+                assert before_stop is not None
+                await before_stop()
+            finally:
+                super().handle_exit(sig, frame)
+
+    await Server(config).serve()

@@ -30,7 +30,10 @@ class NodeConfig(BaseSettings):
     there, so a lost or drained node's suspended sandboxes restore on another node.
     `insecure_registries`: `HOST[:PORT]`s a `docker://` template import pulls from
     without verifying TLS (comma-separated). `build_slots`: how many template builds
-    the node runs at once (`default_build_slots`)."""
+    the node runs at once (`default_build_slots`). `on_stop`: what `space node` does on
+    SIGTERM: `leave` (at once: it is `lost`, its VMs run on for its next start to adopt)
+    or `drain` (it goes `draining` and keeps serving while the leading controller moves
+    its sandboxes away, for at most `stop_drain_seconds`, then leaves)."""
 
     model_config = SettingsConfigDict(
         env_prefix="SPACE_NODE_", extra="ignore", populate_by_name=True
@@ -49,6 +52,8 @@ class NodeConfig(BaseSettings):
     pool_size: str = Field(
         default="64G", pattern=r"^[0-9]+[KMGT]$", validation_alias="SPACE_POOL_SIZE"
     )
+    on_stop: Literal["leave", "drain"] = "leave"
+    stop_drain_seconds: int = Field(default=600, ge=1, le=86400)
 
     @field_validator("insecure_registries", mode="before")
     @classmethod
