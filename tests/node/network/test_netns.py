@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import secrets
 import subprocess
+import threading
 
 import pytest
 
@@ -51,3 +53,22 @@ def test_every_tap_has_the_same_host_mac_so_restored_guests_keep_their_arp_entry
     finally:
         manager.delete("m1")
         manager.delete("m2")
+
+
+def test_deletes_racing_for_one_namespace_all_succeed() -> None:
+    """Two destroys of one sandbox at once (an API delete and the reconciler's) each
+    find the namespace, and one removes it first: the other is done, not failed."""
+    manager = NetworkManager(f"spn{secrets.token_hex(3)}")
+
+    def delete(barrier: threading.Barrier) -> None:
+        barrier.wait()
+        manager.delete("r1")
+
+    for _ in range(5):
+        manager.create("r1")
+        barrier = threading.Barrier(8)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            results = [pool.submit(delete, barrier) for _ in range(8)]
+        for result in results:
+            result.result()
+        assert manager.sandbox_ids() == []

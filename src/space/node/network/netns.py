@@ -64,9 +64,15 @@ class NetworkManager:
         return net
 
     def delete(self, sandbox_id: str) -> None:
-        """Remove the namespace; its tap and nftables tables go with it."""
-        if self.exists(sandbox_id):
+        """Remove the namespace; its tap and nftables tables go with it. One that another
+        delete removed meanwhile is gone all the same."""
+        if not self.exists(sandbox_id):
+            return
+        try:
             _ip("netns", "delete", self.netns_name(sandbox_id))
+        except NetworkError:
+            if self.exists(sandbox_id):
+                raise
 
     def sandbox_ids(self) -> list[str]:
         """Sandbox ids that have a namespace of this node on the host."""
