@@ -6,14 +6,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import func, select
 
 from space.api.app import create_app
 from space.config import Settings
 from space.control.controller import Controller
+from space.seam.errors import NodeUnreachable
+from space.seam.values import Record
 from space.store.commands import CommandRepo
 from space.store.db import Database
 from space.store.models import Sandbox
@@ -110,3 +114,21 @@ async def test_api_only_replica_waits_for_the_controller(
         assert exec_.status_code == 503
         assert exec_.json()["error"]["code"] == "node_unavailable"
     await controller.aclose()
+
+
+async def test_a_stream_whose_node_stops_answering_ends_cleanly(
+    client: httpx.AsyncClient, fake_node: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client sees the stream end (and re-attaches with `Last-Event-ID`), not a
+    broken response."""
+    sandbox_id = (await client.post("/v1/sandboxes", json={})).json()["id"]
+    started = await client.post(f"/v1/sandboxes/{sandbox_id}/commands", json={"cmd": "emit 1"})
+
+    async def unreachable(*_args: object) -> AsyncIterator[Record | None]:
+        raise NodeUnreachable("node-a", "connection refused")
+        yield None
+
+    monkeypatch.setattr(fake_node, "command_events", unreachable)
+    path = f"/v1/sandboxes/{sandbox_id}/commands/{started.json()['id']}/events"
+    response = await client.get(path)
+    assert (response.status_code, response.text) == (200, "")

@@ -38,6 +38,7 @@ from typing import Any
 
 from space.config.quotas import QuotaConfig
 from space.control.expiry import Activity
+from space.seam.errors import NodeError
 from space.seam.protocol import CommandHandle, NodeClient
 from space.seam.values import ExecRequest, ExecResult, ProcessEvent, Record
 from space.services.errors import CommandNotRunning
@@ -227,13 +228,16 @@ class ProcessRegistry:
         self, sandbox_id: str, command_id: str, after: int
     ) -> AsyncIterator[Record | None]:
         """The command's log from its node after `after`, then new records to its exit
-        (None: a keepalive tick); ends at once if the node no longer keeps it."""
+        (None: a keepalive tick); ends at once if the node no longer keeps it, and where
+        the node stops answering (the client re-attaches with `Last-Event-ID`)."""
         try:
             records = self._node.command_events(sandbox_id, command_id, after, self._keepalive)
             async for record in records:
                 yield record
         except FileNotFoundError:
             return
+        except NodeError as exc:
+            log.info("the log of command %s ends here: %s", command_id, exc)
 
     def follow(self, live: LiveProcess, queue_size: int) -> Follow:
         """A live feed of the process's events from now on (None at its end)."""
