@@ -49,6 +49,9 @@ def test_a_sandbox_lost_with_its_node_comes_back_with_the_node() -> None:
     for held, to in (("running", SandboxState.RUNNING), ("paused", SandboxState.PAUSED)):
         revive = Action(Verb.SETTLE, "sb1", 5, RETURNED, to=to)
         assert plan([failed], [obs(held)]) == [revive]
+    # adopted by the returning node, its agent not answering yet (a node restarting
+    # under load): it waits, never destroyed while its VM lives
+    assert plan([failed], [obs("creating")]) == []
 
 
 def test_a_sandbox_in_error_for_another_reason_is_destroyed_even_whole() -> None:

@@ -20,6 +20,7 @@ Every row state has a way forward from what the node holds (`running`, `paused`,
 | running/paused/suspending| its node is lost                  | fail, lost with it  |
 | deleting                 | anything                          | finish delete       |
 | error, lost with its node| whole (the node came back)        | revive: settle      |
+| error, lost with its node| creating (adopted, agent not yet)  | none: wait          |
 | error                    | anything                          | destroy             |
 | any                      | unreachable (its node is silent)  | none: wait          |
 
@@ -165,8 +166,11 @@ def _for_error(
 ) -> Action | None:
     if obs is None or obs.state == "lost":
         return None
-    if holds is not None and (row.reason or "").startswith(LOST_WITH):
-        return Action(Verb.SETTLE, row.sandbox_id, row.generation, RETURNED, to=holds)
+    if (row.reason or "").startswith(LOST_WITH):
+        if holds is not None:
+            return Action(Verb.SETTLE, row.sandbox_id, row.generation, RETURNED, to=holds)
+        if obs.state == "creating":  # adopted by its returning node, agent not answering yet
+            return None
     return Action(Verb.DESTROY, row.sandbox_id, reason="sandbox is in error")
 
 

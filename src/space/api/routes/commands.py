@@ -136,13 +136,13 @@ async def command_events(
     sandbox: DataPlaneDep,
     principal: PrincipalDep,
     state: StateDep,
-    session: SessionDep,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     """`stdout`/`stderr`/`exit` events as SSE; `Last-Event-ID` resumes after that id.
     The stream ends soon after its key is revoked or expires."""
     after = _parse_last_event_id(last_event_id)
-    CommandRepo(session).get(sandbox.id, command_id)
+    with state.db.session() as session:  # ended here: not after the stream has begun
+        CommandRepo(session).get(sandbox.id, command_id)
     records = state.processes.events(sandbox.id, command_id, after)
     watch = KeyWatch(state.db, principal.key_id, state.settings.keys.revocation_check)
     return StreamingResponse(
