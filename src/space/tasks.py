@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,24 @@ class TaskSet:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("task %s failed", task.get_name(), exc_info=task.exception())
+
+
+class SingleFlight(Generic[T]):
+    """One run per key at a time: a caller that comes while a run of its key is under
+    way awaits that run's outcome instead of starting another. A run outlives the
+    callers that go (it is shielded); its failures are logged by its `TaskSet`."""
+
+    def __init__(self, name: str) -> None:
+        self._tasks = TaskSet(name)
+        self._running: dict[str, asyncio.Task[T]] = {}
+
+    async def run(self, key: str, work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        task = self._running.get(key)
+        if task is None:
+            task = self._tasks.spawn(work(), key)
+            self._running[key] = task
+            task.add_done_callback(lambda _t: self._running.pop(key, None))
+        return await asyncio.shield(task)
 
 
 _PROCESS = TaskSet()

@@ -20,7 +20,6 @@ import logging
 import shutil
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
-from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -67,7 +66,7 @@ from space.seam.values import (
     TemplateUsage,
     WarmPoolStats,
 )
-from space.tasks import spawn
+from space.tasks import SingleFlight, spawn
 
 DEFAULT_TEMPLATE = "base"
 
@@ -106,7 +105,7 @@ class LocalNode:
         self._builds = RecipeBuilds(host, templates, self._versions)
         self._jobs = BuildJobs(self._builds, build_slots)
         self._warm_task: asyncio.Task[None] | None = None
-        self._destroying: dict[str, asyncio.Task[None]] = {}
+        self._destroying = SingleFlight[None]("destroy")
         self.metrics = metrics
 
     @property
@@ -234,17 +233,7 @@ class LocalNode:
         """Tear the sandbox down; a second destroy of it meanwhile (an API delete and the
         reconciler's) waits for the first's outcome instead of racing it. The teardown
         outlives a caller that goes."""
-        task = self._destroying.get(sandbox_id)
-        if task is None:
-            task = asyncio.ensure_future(self._destroy(sandbox_id))
-            self._destroying[sandbox_id] = task
-            task.add_done_callback(partial(self._destroyed, sandbox_id))
-        await asyncio.shield(task)
-
-    def _destroyed(self, sandbox_id: str, task: asyncio.Task[None]) -> None:
-        self._destroying.pop(sandbox_id, None)
-        if not task.cancelled():
-            task.exception()  # its waiters raise it; none left is no "never retrieved"
+        await self._destroying.run(sandbox_id, lambda: self._destroy(sandbox_id))
 
     async def _destroy(self, sandbox_id: str) -> None:
         sandbox = self._host.find(sandbox_id)

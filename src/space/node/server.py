@@ -31,7 +31,6 @@ acts on what it holds only: a sandbox id it does not know is `SandboxNotFound`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -61,7 +60,7 @@ from space.seam import wire
 from space.seam.errors import NodeError
 from space.seam.protocol import CommandHandle, NodeClient, WatchStream
 from space.seam.values import ProcessEvent, Record, SandboxObservation, SandboxSpec, WatchEvent
-from space.tasks import TaskSet
+from space.tasks import SingleFlight
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +94,7 @@ class NodeServer:
         self._max_upload = config.max_upload_bytes
         self._max_handles = config.max_handles
         self.handles: dict[str, CommandHandle] = {}
-        self._creating: dict[str, asyncio.Task[SandboxObservation]] = {}
-        self._tasks = TaskSet("node-server")
+        self._creating = SingleFlight[SandboxObservation]("create")
         self._unary = self._unary_calls()
 
     def app(self) -> Starlette:
@@ -169,12 +167,7 @@ class NodeServer:
         """One create per sandbox id at a time: a second caller (an API replica and the
         controller's reconciler racing) waits for the first one's answer. The create
         outlives a caller that goes, as an in-process create does."""
-        task = self._creating.get(spec.sandbox_id)
-        if task is None:
-            task = self._tasks.spawn(self._node.create_sandbox(spec), f"create-{spec.sandbox_id}")
-            self._creating[spec.sandbox_id] = task
-            task.add_done_callback(lambda _t: self._creating.pop(spec.sandbox_id, None))
-        return await asyncio.shield(task)
+        return await self._creating.run(spec.sandbox_id, lambda: self._node.create_sandbox(spec))
 
     def _handle(self, args: dict[str, Any]) -> CommandHandle:
         handle = self.handles.get(args["handle"])
