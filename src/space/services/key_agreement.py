@@ -66,8 +66,7 @@ def agree_sealing(db: Database, keys: FileKeyProvider, path: Path) -> None:
 def agree_secret(db: Database, name: str, secret: bytes, setting: str) -> None:
     """A secret set by `setting` (not a file) is the one other processes use."""
     mine = fingerprint(secret)
-    with db.session() as session:
-        recorded = FingerprintRepo(session).agree(name, mine)
+    recorded = _recorded(db, name, mine)
     if not hmac.compare_digest(recorded, mine):
         raise KeyDisagreement(
             f"{setting}: this process's value is not the one other processes of this cluster"
@@ -90,10 +89,13 @@ def _holds_every_recorded(recorded: dict[str, str], keys: FileKeyProvider, path:
 
 
 def _agree(db: Database, name: str, secret: bytes, setting: str, path: Path) -> None:
-    mine = fingerprint(secret)
+    _same(_recorded(db, name, fingerprint(secret)), secret, setting, path)
+
+
+def _recorded(db: Database, name: str, mine: str) -> str:
+    """The fingerprint on record for `name` (`mine`, if none was)."""
     with db.session() as session:
-        recorded = FingerprintRepo(session).agree(name, mine)
-    _same(recorded, secret, setting, path)
+        return FingerprintRepo(session).agree(name, mine)
 
 
 def _present(path: Path, setting: str) -> None:
