@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
-from e2b import CommandExitException, Sandbox, SandboxQuery
+from e2b import CommandExitException, Sandbox, SandboxException, SandboxQuery
 from e2b.exceptions import AuthenticationException, NotFoundException
 from e2b.sandbox.commands.command_handle import PtySize
 from e2b.sandbox.filesystem.filesystem import FileType
@@ -226,3 +226,20 @@ def test_a_running_envd_process_keeps_its_sandbox_from_idling(
     while sandbox.sandbox_id in activity.busy() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert sandbox.sandbox_id not in activity.busy()
+
+
+def test_a_relative_cwd_is_under_the_home_of_the_user_it_runs_as(fake_node: FakeNode) -> None:
+    """envd resolves a relative `cwd` against the user's home: E2B's default user
+    and root run as root here (/root); another account's home is its /etc/passwd's."""
+    sandbox = Sandbox.create()
+    passwd = b"root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/srv/node:/bin/sh\n"
+    fake_node.files[(sandbox.sandbox_id, "/etc/passwd")] = passwd
+    sandbox.commands.run("echo hi", cwd="work/../app")
+    sandbox.commands.run("echo hi", cwd="app", user="root")
+    sandbox.commands.run("echo hi", cwd="app", user="node")
+    sandbox.commands.run("echo hi", cwd="/tmp", user="node")
+    sandbox.commands.run("echo hi")
+    cwds = [request.cwd for _, request in fake_node.started[-5:]]
+    assert cwds == ["/root/app", "/root/app", "/srv/node/app", "/tmp", None]
+    with pytest.raises(SandboxException, match="no such user 'ghost'"):
+        sandbox.commands.run("echo hi", cwd="app", user="ghost")
