@@ -8,7 +8,11 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 from e2b import CommandExitException, Sandbox, SandboxException, SandboxQuery
-from e2b.exceptions import AuthenticationException, NotFoundException
+from e2b.exceptions import (
+    AuthenticationException,
+    InvalidArgumentException,
+    NotFoundException,
+)
 from e2b.sandbox.commands.command_handle import PtySize
 from e2b.sandbox.filesystem.filesystem import FileType
 from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
@@ -243,3 +247,14 @@ def test_a_relative_cwd_is_under_the_home_of_the_user_it_runs_as(fake_node: Fake
     assert cwds == ["/root/app", "/root/app", "/srv/node/app", "/tmp", None]
     with pytest.raises(SandboxException, match="no such user 'ghost'"):
         sandbox.commands.run("echo hi", cwd="app", user="ghost")
+
+
+def test_watching_a_file_is_refused_as_envd_refuses_it() -> None:
+    """envd watches directories only: a file is `invalid_argument`, a missing path
+    `not_found` (E2B's test_watch_file)."""
+    sandbox = Sandbox.create()
+    sandbox.files.write("watched.txt", "a file")
+    with pytest.raises(InvalidArgumentException, match="path /root/watched.txt not a directory"):
+        sandbox.files.watch_dir("watched.txt")
+    with pytest.raises(NotFoundException):
+        sandbox.files.watch_dir("/root/nowhere")
