@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from space.api.e2b.tokens import AccessTokens, Operation, SignedRequest
+from space.api.e2b.tokens import AccessTokens, Operation, SignatureExpired, SignedRequest
 from space.store.db import Database
 from space.store.errors import NotFound
 from space.store.keys import KeyRepo
@@ -92,9 +92,12 @@ def resolve_signed(
         signature=signature,
         expiration=int(expiration) if expiration is not None else None,
     )
-    claims = tokens.signed_by(_signers(db, named_sandbox(request)), signed)
+    try:
+        claims = tokens.signed_by(_signers(db, named_sandbox(request)), signed)
+    except SignatureExpired:
+        raise EnvdAuthError("signature is already expired") from None  # envd's words
     if claims is None:
-        raise EnvdAuthError("invalid or expired signature")
+        raise EnvdAuthError("invalid signature")
     return running(db, claims.sandbox_id, claims.key_id)
 
 
