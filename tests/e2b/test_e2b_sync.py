@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import httpx
@@ -21,7 +24,7 @@ from space.api.e2b import metrics
 from space.store.db import Database
 from space.store.sandboxes import SandboxRepo
 from tests.conftest import ServerThread
-from tests.control.fakes import FakeNode
+from tests.control.fakes import FakeNode, PowerNode
 
 pytestmark = [pytest.mark.e2b, pytest.mark.usefixtures("e2b_env")]
 
@@ -258,3 +261,38 @@ def test_watching_a_file_is_refused_as_envd_refuses_it() -> None:
         sandbox.files.watch_dir("watched.txt")
     with pytest.raises(NotFoundException):
         sandbox.files.watch_dir("/root/nowhere")
+
+
+def test_connect_during_a_pause_waits_for_it_then_resumes(
+    fake_node: PowerNode, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """E2B's connect waits out a sandbox's transition (here: still suspending) and
+    then resumes it; it was a 409."""
+    sandbox = Sandbox.create()
+    gate = threading.Event()
+    suspend = fake_node.suspend_sandbox
+
+    async def held_suspend(sandbox_id: str) -> None:
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+        await suspend(sandbox_id)
+
+    monkeypatch.setattr(fake_node, "suspend_sandbox", held_suspend)
+    with ThreadPoolExecutor(2) as pool:
+        pausing = pool.submit(sandbox.pause)
+        deadline = time.monotonic() + 10
+        while _state(db, sandbox.sandbox_id) != "suspending":
+            assert time.monotonic() < deadline and not pausing.done()
+            time.sleep(0.02)
+        connecting = pool.submit(Sandbox.connect, sandbox.sandbox_id)
+        time.sleep(0.5)  # the connect arrives while the sandbox is suspending
+        gate.set()
+        pausing.result(timeout=10)
+        again = connecting.result(timeout=10)
+    assert fake_node.restored == [sandbox.sandbox_id]
+    assert again.commands.run("echo back").stdout == "back\n"
+
+
+def _state(db: Database, sandbox_id: str) -> str:
+    with db.session() as session:
+        return SandboxRepo(session).get(sandbox_id).state

@@ -64,9 +64,12 @@ PrincipalDep = Annotated[Principal, Depends(_principal)]
 def visible(state: AppState, principal: Principal, sandbox_id: str) -> Sandbox:
     """The caller's sandbox as E2B sees it: error and deleting ones are not found.
     A read: REST calls are not activity (envd's data-plane calls are)."""
-    row = state.sandboxes.get(principal, sandbox_id)
+    return _shown(state.sandboxes.get(principal, sandbox_id))
+
+
+def _shown(row: Sandbox) -> Sandbox:
     if row.state not in E2B_STATE:
-        raise E2bError(404, f"sandbox {sandbox_id} not found")
+        raise E2bError(404, f"sandbox {row.id} not found")
     return row
 
 
@@ -261,16 +264,15 @@ async def get_metrics(sandbox_id: str, principal: PrincipalDep, state: StateDep)
 async def wake(
     state: AppState, principal: Principal, sandbox_id: str, timeout: int, *, extend_only: bool
 ) -> Sandbox | None:
-    """Resume or restore the sandbox; None if it was running already."""
+    """Resume or restore the sandbox, once a change under way (a pause still
+    suspending, say) has ended, as E2B waits for it; None if it was running already."""
     out_of_bounds("timeout", timeout, state.settings.limits.timeout)
-    row = visible(state, principal, sandbox_id)
+    row = _shown(await state.sandboxes.settled(principal, visible(state, principal, sandbox_id)))
     woken: Sandbox | None = None
     if row.state == S.PAUSED.value:
         woken = await _power(state, row, "resume")
     elif row.state == S.SUSPENDED.value:
         woken = await _power(state, row, "restore")
-    elif row.state != S.RUNNING.value:
-        raise E2bError(409, f"sandbox {sandbox_id} is {row.state}; try again shortly")
     _deadline(state, woken or row, timeout, extend_only=extend_only)
     return woken
 
