@@ -21,6 +21,7 @@ from e2b.sandbox.filesystem.filesystem import FileType
 from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
 
 from space.api.e2b import metrics
+from space.control.expiry import Expired, Expiry
 from space.store.db import Database
 from space.store.sandboxes import SandboxRepo
 from tests.conftest import ServerThread
@@ -296,3 +297,27 @@ def test_connect_during_a_pause_waits_for_it_then_resumes(
 def _state(db: Database, sandbox_id: str) -> str:
     with db.session() as session:
         return SandboxRepo(session).get(sandbox_id).state
+
+
+def test_a_sandbox_past_its_deadline_is_gone_before_the_sweep_gets_to_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """E2B's test_shorten_timeout: once the deadline has passed, envd calls find no
+    sandbox and one that is killed at its timeout is not found, though the expiry
+    sweep (held here) has not acted yet; one paused at its timeout is still shown."""
+
+    async def held(self: Expiry, action: Expired) -> None:
+        pass
+
+    monkeypatch.setattr(Expiry, "apply", held)
+    killed = Sandbox.create()
+    paused = Sandbox.create(lifecycle={"on_timeout": "pause"})
+    for sandbox in (killed, paused):
+        assert sandbox.is_running()
+        sandbox.set_timeout(1)
+    time.sleep(2.1)  # the deadline is a whole second of the sandbox's life
+    assert not killed.is_running() and not paused.is_running()
+    with pytest.raises(NotFoundException):
+        killed.get_info()
+    assert paused.get_info().state.value == "running"  # until the sweep pauses it
+    assert [s.sandbox_id for s in Sandbox.list().next_items()] == [paused.sandbox_id]

@@ -36,6 +36,7 @@ from space.api.e2b.rest_models import (
 )
 from space.api.e2b.rules import secret_uses
 from space.api.state import AppState
+from space.control.expiry import Expire, deadline_action
 from space.control.power import PowerOp
 from space.services.errors import out_of_bounds
 from space.services.sandboxes import SandboxRequest, rendered
@@ -68,9 +69,15 @@ def visible(state: AppState, principal: Principal, sandbox_id: str) -> Sandbox:
 
 
 def _shown(row: Sandbox) -> Sandbox:
-    if row.state not in E2B_STATE:
+    if not _listed(row, utcnow()):
         raise E2bError(404, f"sandbox {row.id} not found")
     return row
+
+
+def _listed(row: Sandbox, now: datetime) -> bool:
+    """Whether E2B shows the sandbox: not in error or deleting, nor killed at a
+    deadline that has passed (the expiry sweep deletes it at its next pass)."""
+    return row.state in E2B_STATE and deadline_action(row, now) is not Expire.TIMEOUT_KILL
 
 
 PRIVATE = {ingress_names.PRIVATE_KEY: ingress_names.PRIVATE_VALUE}
@@ -291,7 +298,8 @@ def _deadline(state: AppState, row: Sandbox, timeout: int, *, extend_only: bool)
 
 
 def _listable(state: AppState, principal: Principal) -> list[Sandbox]:
-    return [row for row in state.sandboxes.list(principal) if row.state in E2B_STATE]
+    now = utcnow()
+    return [row for row in state.sandboxes.list(principal) if _listed(row, now)]
 
 
 def _metadata_filter(metadata: str | None) -> dict[str, str]:
