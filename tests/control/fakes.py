@@ -123,8 +123,9 @@ class FakeWatch:
         self._queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
 
     async def start(self) -> None:
+        """Like the guest's inotify watch: any path that is there, a file too."""
         sandbox_id, path, _ = self._key
-        if not self._node.is_dir(sandbox_id, path):
+        if not self._node.is_dir(sandbox_id, path) and (sandbox_id, path) not in self._node.files:
             raise FileNotFoundError(2, "No such file or directory", path)
         self._node.watches.append((self._key, self._queue))
 

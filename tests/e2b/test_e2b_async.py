@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from e2b import AsyncSandbox, CommandExitException, SandboxQuery
+from e2b import AsyncSandbox, CommandExitException, InvalidArgumentException, SandboxQuery
 from e2b.sandbox.commands.command_handle import PtySize
 from e2b.sandbox.filesystem.watch_handle import FilesystemEvent, FilesystemEventType
 
@@ -58,6 +58,14 @@ async def test_files_and_watch() -> None:
     assert [e.name for e in await sandbox.files.list("/root/w")] == ["b.txt"]
     await sandbox.files.remove("/root/w")
     assert not await sandbox.files.exists("/root/w/b.txt")
+
+
+async def test_a_watch_stream_of_a_file_is_refused() -> None:
+    """`WatchDir` (the async SDK's stream) refuses a file as `CreateWatcher` does."""
+    sandbox = await AsyncSandbox.create()
+    await sandbox.files.write("/root/f.txt", "a file")
+    with pytest.raises(InvalidArgumentException, match="not a directory"):
+        await sandbox.files.watch_dir("/root/f.txt", on_event=lambda _: None)
 
 
 async def test_pty_and_lifecycle(fake_node: FakeNode) -> None:

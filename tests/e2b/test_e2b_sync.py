@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import httpx
 import pytest
-from e2b import CommandExitException, Sandbox, SandboxQuery
-from e2b.exceptions import AuthenticationException, NotFoundException
+from e2b import CommandExitException, Sandbox, SandboxException, SandboxQuery
+from e2b.exceptions import (
+    AuthenticationException,
+    InvalidArgumentException,
+    NotFoundException,
+)
 from e2b.sandbox.commands.command_handle import PtySize
 from e2b.sandbox.filesystem.filesystem import FileType
 from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
 
 from space.api.e2b import metrics
+from space.control.expiry import Expired, Expiry
 from space.store.db import Database
 from space.store.sandboxes import SandboxRepo
 from tests.conftest import ServerThread
-from tests.control.fakes import FakeNode
+from tests.control.fakes import FakeNode, PowerNode
 
 pytestmark = [pytest.mark.e2b, pytest.mark.usefixtures("e2b_env")]
 
@@ -226,3 +234,90 @@ def test_a_running_envd_process_keeps_its_sandbox_from_idling(
     while sandbox.sandbox_id in activity.busy() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert sandbox.sandbox_id not in activity.busy()
+
+
+def test_a_relative_cwd_is_under_the_home_of_the_user_it_runs_as(fake_node: FakeNode) -> None:
+    """envd resolves a relative `cwd` against the user's home: E2B's default user
+    and root run as root here (/root); another account's home is its /etc/passwd's."""
+    sandbox = Sandbox.create()
+    passwd = b"root:x:0:0:root:/root:/bin/sh\nnode:x:1000:1000::/srv/node:/bin/sh\n"
+    fake_node.files[(sandbox.sandbox_id, "/etc/passwd")] = passwd
+    sandbox.commands.run("echo hi", cwd="work/../app")
+    sandbox.commands.run("echo hi", cwd="app", user="root")
+    sandbox.commands.run("echo hi", cwd="app", user="node")
+    sandbox.commands.run("echo hi", cwd="/tmp", user="node")
+    sandbox.commands.run("echo hi")
+    cwds = [request.cwd for _, request in fake_node.started[-5:]]
+    assert cwds == ["/root/app", "/root/app", "/srv/node/app", "/tmp", None]
+    with pytest.raises(SandboxException, match="no such user 'ghost'"):
+        sandbox.commands.run("echo hi", cwd="app", user="ghost")
+
+
+def test_watching_a_file_is_refused_as_envd_refuses_it() -> None:
+    """envd watches directories only: a file is `invalid_argument`, a missing path
+    `not_found` (E2B's test_watch_file)."""
+    sandbox = Sandbox.create()
+    sandbox.files.write("watched.txt", "a file")
+    with pytest.raises(InvalidArgumentException, match="path /root/watched.txt not a directory"):
+        sandbox.files.watch_dir("watched.txt")
+    with pytest.raises(NotFoundException):
+        sandbox.files.watch_dir("/root/nowhere")
+
+
+def test_connect_during_a_pause_waits_for_it_then_resumes(
+    fake_node: PowerNode, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """E2B's connect waits out a sandbox's transition (here: still suspending) and
+    then resumes it; it was a 409."""
+    sandbox = Sandbox.create()
+    gate = threading.Event()
+    suspend = fake_node.suspend_sandbox
+
+    async def held_suspend(sandbox_id: str) -> None:
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+        await suspend(sandbox_id)
+
+    monkeypatch.setattr(fake_node, "suspend_sandbox", held_suspend)
+    with ThreadPoolExecutor(2) as pool:
+        pausing = pool.submit(sandbox.pause)
+        deadline = time.monotonic() + 10
+        while _state(db, sandbox.sandbox_id) != "suspending":
+            assert time.monotonic() < deadline and not pausing.done()
+            time.sleep(0.02)
+        connecting = pool.submit(Sandbox.connect, sandbox.sandbox_id)
+        time.sleep(0.5)  # the connect arrives while the sandbox is suspending
+        gate.set()
+        pausing.result(timeout=10)
+        again = connecting.result(timeout=10)
+    assert fake_node.restored == [sandbox.sandbox_id]
+    assert again.commands.run("echo back").stdout == "back\n"
+
+
+def _state(db: Database, sandbox_id: str) -> str:
+    with db.session() as session:
+        return SandboxRepo(session).get(sandbox_id).state
+
+
+def test_a_sandbox_past_its_deadline_is_gone_before_the_sweep_gets_to_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """E2B's test_shorten_timeout: once the deadline has passed, envd calls find no
+    sandbox and one that is killed at its timeout is not found, though the expiry
+    sweep (held here) has not acted yet; one paused at its timeout is still shown."""
+
+    async def held(self: Expiry, action: Expired) -> None:
+        pass
+
+    monkeypatch.setattr(Expiry, "apply", held)
+    killed = Sandbox.create()
+    paused = Sandbox.create(lifecycle={"on_timeout": "pause"})
+    for sandbox in (killed, paused):
+        assert sandbox.is_running()
+        sandbox.set_timeout(1)
+    time.sleep(2.1)  # the deadline is a whole second of the sandbox's life
+    assert not killed.is_running() and not paused.is_running()
+    with pytest.raises(NotFoundException):
+        killed.get_info()
+    assert paused.get_info().state.value == "running"  # until the sweep pauses it
+    assert [s.sandbox_id for s in Sandbox.list().next_items()] == [paused.sandbox_id]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -17,6 +18,8 @@ from space.services.sandboxes import SandboxRequest, SandboxService
 from space.store.db import Database
 from space.store.errors import NotFound
 from space.store.keys import KeyRepo, Principal
+from space.store.sandboxes import SandboxRepo
+from space.store.states import DesiredState, SandboxState
 from tests.control.fakes import FakeNode
 
 pytestmark = pytest.mark.usefixtures("client")  # the app's lifespan (its controller) runs
@@ -120,3 +123,34 @@ async def test_a_deadline_moves_either_way(
     assert later.timeout_seconds == 2 * 86400
     earlier = service.set_deadline(later, row.created_at + timedelta(seconds=30))
     assert earlier.timeout_seconds == 30
+
+
+async def test_settled_waits_out_a_transition_for_at_most_the_create_timeout(
+    service: SandboxService, principal: Callable[[str], Principal], db: Database, settings: Settings
+) -> None:
+    acme = principal("acme")
+    row = await service.create(acme, SandboxRequest())
+    assert await service.settled(acme, row) is row  # not moving: at once
+
+    def move(to: SandboxState, desired: DesiredState) -> None:
+        with db.session() as session:
+            repo = SandboxRepo(session)
+            repo.transition(
+                row.id, expected_generation=repo.get(row.id).generation, to=to, desired=desired
+            )
+
+    move(SandboxState.SUSPENDING, DesiredState.SUSPENDED)
+    moving = service.get(acme, row.id)
+    settings.timeouts.create = 0.3
+    with pytest.raises(ServiceError) as busy:
+        await service.settled(acme, moving)
+    assert (status_of(busy.value), busy.value.code) == (409, "sandbox_busy")
+    assert "still suspending" in busy.value.message
+
+    async def suspended_soon() -> None:
+        await asyncio.sleep(0.15)
+        move(SandboxState.SUSPENDED, DesiredState.SUSPENDED)
+
+    settings.timeouts.create = 10
+    settled, _ = await asyncio.gather(service.settled(acme, moving), suspended_soon())
+    assert settled.state == "suspended"

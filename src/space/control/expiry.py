@@ -15,7 +15,8 @@ extension always wins over the expiry.
 - timeout: at `created_at + timeout_seconds` the sandbox's `on_timeout` applies:
   `kill` (running, paused or suspended) or `suspend` (running or paused). A
   deadline fires once: a sandbox that changed after it (restored, say) runs on
-  until it is idle or a new deadline is set.
+  until it is idle or a new deadline is set. `deadline_action` tells the API what
+  a deadline does before the sweep gets to it.
 
 One row that cannot be read or reasoned about (a corrupt column, a deadline
 past year 9999) is logged and skipped; it never stops the pass for the others.
@@ -175,6 +176,13 @@ def due(rows: Sequence[ExpiryRow], busy: frozenset[str], now: datetime) -> list[
         if action is not None:
             actions.append(action)
     return actions
+
+
+def deadline_action(row: Sandbox, now: datetime) -> Expire | None:
+    """What the sandbox's deadline does to it at `now` (None: nothing). The sweep
+    carries it out at its next pass; the API takes it as done from the deadline on."""
+    action = _timed_out(ExpiryRow.of(row), now)
+    return action.kind if action is not None else None
 
 
 def _timed_out(row: ExpiryRow, now: datetime) -> Expired | None:

@@ -29,6 +29,8 @@ them to its own error shape (the statuses below are `/v1`'s):
     409 conflict                the sandbox created under the key was deleted since
     422 out_of_bounds           fork: `count` not 1..16 (field `count`)
     409 sandbox_not_running     fork: the source is not running
+    409 sandbox_busy            settled: still creating, suspending or restoring
+                                after the create timeout
     409 sandbox_has_volumes     fork: the source mounts volumes (its forks would share them)
     429 quota_exceeded          fork: the org has no room for `count` more sandboxes
     502 sandbox_fork_failed     fork: the node could not fork it (every fork is `error`)
@@ -40,10 +42,12 @@ under the quota), also while the first request is still creating it.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -78,6 +82,9 @@ from space.store.states import DesiredState, SandboxState
 from space.store.templates import TemplateRepo
 
 FORK_MAX = 16  # sandboxes per fork call (the node's bound too)
+#: The states a sandbox passes through on its way to another, which `settled` waits out.
+MOVING = frozenset({SandboxState.CREATING, SandboxState.SUSPENDING, SandboxState.RESTORING})
+SETTLE_POLL_SECONDS = 0.1
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -315,6 +322,18 @@ class SandboxService:
     async def power(self, row: Sandbox, op: PowerOp) -> Sandbox:
         """Pause, resume, suspend or restore (the node's own timeout: create's)."""
         return await self._lifecycle.power(row, op)
+
+    async def settled(self, principal: Principal, row: Sandbox) -> Sandbox:
+        """The caller's sandbox once it is no longer on its way to another state (read
+        anew, for at most the create timeout: the transition may run in another process)."""
+        give_up = time.monotonic() + self._settings.timeouts.create
+        while row.state in MOVING:
+            if time.monotonic() >= give_up:
+                message = f"sandbox {row.id} is still {row.state}; try again shortly"
+                raise Conflict(message, code="sandbox_busy")
+            await asyncio.sleep(SETTLE_POLL_SECONDS)
+            row = self.get(principal, row.id)
+        return row
 
     def set_deadline(self, row: Sandbox, deadline: datetime) -> Sandbox:
         """The sandbox now ends at `deadline` (earlier or later); not while deleting."""

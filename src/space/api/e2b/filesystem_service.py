@@ -21,7 +21,7 @@ from space.api.e2b.connect import (
     read_stream_request,
     read_unary,
 )
-from space.api.e2b.front import EnvdDep, FrontDep
+from space.api.e2b.front import E2bFront, EnvdDep, FrontDep
 from space.api.e2b.messages import (
     EVENT_TYPES,
     ListDirRequest,
@@ -32,7 +32,9 @@ from space.api.e2b.messages import (
     entry_info,
 )
 from space.api.e2b.streams import stream_response
+from space.api.e2b.watchers import Watcher
 from space.api.revocation import KeyWatch
+from space.api.state import AppState
 
 router = APIRouter(
     prefix="/filesystem.Filesystem", route_class=ConnectRoute, include_in_schema=False
@@ -106,11 +108,19 @@ async def create_watcher(
     request: Request, target: EnvdDep, front: FrontDep, state: StateDep
 ) -> Response:
     body = await read_unary(request, WatchRequest)
-    async with asyncio.timeout(state.settings.timeouts.node_call):
-        watcher = await front.watchers.create(
-            state.node, target.sandbox_id, absolute(body.path), body.recursive
-        )
+    watcher = await _watcher(state, front, target.sandbox_id, body)
     return JSONResponse({"watcherId": watcher.watcher_id})
+
+
+async def _watcher(
+    state: AppState, front: E2bFront, sandbox_id: str, body: WatchRequest
+) -> Watcher:
+    """A watcher of a directory: envd refuses a file (`invalid_argument`, its words)."""
+    path = absolute(body.path)
+    async with asyncio.timeout(state.settings.timeouts.node_call):
+        if (await state.node.stat(sandbox_id, path)).type != "dir":
+            raise ConnectError("invalid_argument", f"path {path} not a directory")
+        return await front.watchers.create(state.node, sandbox_id, path, body.recursive)
 
 
 @router.post("/GetWatcherEvents")
@@ -133,10 +143,7 @@ async def watch_dir(
     request: Request, target: EnvdDep, front: FrontDep, state: StateDep
 ) -> Response:
     body = await read_stream_request(request, WatchRequest)
-    async with asyncio.timeout(state.settings.timeouts.node_call):
-        watcher = await front.watchers.create(
-            state.node, target.sandbox_id, absolute(body.path), body.recursive
-        )
+    watcher = await _watcher(state, front, target.sandbox_id, body)
     pending: list[tuple[str, str]] = []
     watch = KeyWatch(state.db, target.key_id, state.settings.keys.revocation_check)
 

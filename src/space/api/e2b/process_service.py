@@ -3,13 +3,16 @@ SendSignal, Update.
 
 The envd front of the process registry both fronts share (`services.processes`):
 a process started through `/v1` commands is listed, followed, fed and signalled
-here too, and counts against the same quota."""
+here too, and counts against the same quota. A relative `cwd` is resolved, as envd
+does, against the home of the user the process runs as: `/root` for E2B's default
+user and root, another account's home as the sandbox's /etc/passwd has it."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import binascii
+import posixpath
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -23,6 +26,7 @@ from space.api.e2b.connect import (
     read_stream_request,
     read_unary,
 )
+from space.api.e2b.filesystem_service import HOME
 from space.api.e2b.front import E2bFront, EnvdDep, FrontDep
 from space.api.e2b.messages import (
     SIGNALS,
@@ -46,6 +50,7 @@ router = APIRouter(prefix="/process.Process", route_class=ConnectRoute, include_
 
 #: E2B's default account; SPACE templates have none, so it means the agent's default (root).
 E2B_DEFAULT_USER = "user"
+PASSWD = "/etc/passwd"
 
 
 def request_user(request: Request) -> str | None:
@@ -67,16 +72,16 @@ async def start(request: Request, target: EnvdDep, front: FrontDep, state: State
     pty = (size.rows, size.cols) if size is not None else None
     if body.pty is not None and pty is None:
         pty = (24, 80)
+    user = request_user(request)
     config = ProcessConfig(
         cmd=body.process.cmd,
         args=list(body.process.args),
         envs={**target.env, **body.process.envs},
-        cwd=body.process.cwd or None,
+        cwd=await _working_dir(state, target.sandbox_id, body.process.cwd, user),
     )
     node_request = ExecRequest(
         args=(config.cmd, *config.args), env=config.envs, cwd=config.cwd, pty=pty
     )
-    user = request_user(request)
     stdin_pipe = pty is not None or body.stdin is None or body.stdin
     registry = state.processes
     try:
@@ -94,6 +99,27 @@ async def start(request: Request, target: EnvdDep, front: FrontDep, state: State
     except ServiceError as exc:  # a quota: envd's own code for it
         raise ConnectError("resource_exhausted", f"{exc.code}: {exc.message}") from exc
     return _follow(request, front, registry, live, _watch(state, target))
+
+
+async def _working_dir(
+    state: AppState, sandbox_id: str, cwd: str | None, user: str | None
+) -> str | None:
+    """The absolute cwd the agent gets (None: the user's home, the agent's default)."""
+    if not cwd or cwd.startswith("/"):
+        return cwd or None
+    home = HOME if user in (None, "root") else await _home_of(state, sandbox_id, user)
+    return posixpath.normpath(posixpath.join(home, cwd))
+
+
+async def _home_of(state: AppState, sandbox_id: str, user: str) -> str:
+    """`user`'s home in the sandbox's /etc/passwd."""
+    async with asyncio.timeout(state.settings.timeouts.node_call):
+        passwd = b"".join([chunk async for chunk in state.node.read_file(sandbox_id, PASSWD)])
+    for line in passwd.decode(errors="replace").splitlines():
+        fields = line.split(":")
+        if len(fields) == 7 and fields[0] == user and fields[5].startswith("/"):
+            return fields[5]
+    raise ConnectError("invalid_argument", f"no such user {user!r}")
 
 
 @router.post("/Connect")

@@ -36,6 +36,7 @@ from space.api.e2b.rest_models import (
 )
 from space.api.e2b.rules import secret_uses
 from space.api.state import AppState
+from space.control.expiry import Expire, deadline_action
 from space.control.power import PowerOp
 from space.services.errors import out_of_bounds
 from space.services.sandboxes import SandboxRequest, rendered
@@ -64,10 +65,19 @@ PrincipalDep = Annotated[Principal, Depends(_principal)]
 def visible(state: AppState, principal: Principal, sandbox_id: str) -> Sandbox:
     """The caller's sandbox as E2B sees it: error and deleting ones are not found.
     A read: REST calls are not activity (envd's data-plane calls are)."""
-    row = state.sandboxes.get(principal, sandbox_id)
-    if row.state not in E2B_STATE:
-        raise E2bError(404, f"sandbox {sandbox_id} not found")
+    return _shown(state.sandboxes.get(principal, sandbox_id))
+
+
+def _shown(row: Sandbox) -> Sandbox:
+    if not _listed(row, utcnow()):
+        raise E2bError(404, f"sandbox {row.id} not found")
     return row
+
+
+def _listed(row: Sandbox, now: datetime) -> bool:
+    """Whether E2B shows the sandbox: not in error or deleting, nor killed at a
+    deadline that has passed (the expiry sweep deletes it at its next pass)."""
+    return row.state in E2B_STATE and deadline_action(row, now) is not Expire.TIMEOUT_KILL
 
 
 PRIVATE = {ingress_names.PRIVATE_KEY: ingress_names.PRIVATE_VALUE}
@@ -261,16 +271,15 @@ async def get_metrics(sandbox_id: str, principal: PrincipalDep, state: StateDep)
 async def wake(
     state: AppState, principal: Principal, sandbox_id: str, timeout: int, *, extend_only: bool
 ) -> Sandbox | None:
-    """Resume or restore the sandbox; None if it was running already."""
+    """Resume or restore the sandbox, once a change under way (a pause still
+    suspending, say) has ended, as E2B waits for it; None if it was running already."""
     out_of_bounds("timeout", timeout, state.settings.limits.timeout)
-    row = visible(state, principal, sandbox_id)
+    row = _shown(await state.sandboxes.settled(principal, visible(state, principal, sandbox_id)))
     woken: Sandbox | None = None
     if row.state == S.PAUSED.value:
         woken = await _power(state, row, "resume")
     elif row.state == S.SUSPENDED.value:
         woken = await _power(state, row, "restore")
-    elif row.state != S.RUNNING.value:
-        raise E2bError(409, f"sandbox {sandbox_id} is {row.state}; try again shortly")
     _deadline(state, woken or row, timeout, extend_only=extend_only)
     return woken
 
@@ -289,7 +298,8 @@ def _deadline(state: AppState, row: Sandbox, timeout: int, *, extend_only: bool)
 
 
 def _listable(state: AppState, principal: Principal) -> list[Sandbox]:
-    return [row for row in state.sandboxes.list(principal) if row.state in E2B_STATE]
+    now = utcnow()
+    return [row for row in state.sandboxes.list(principal) if _listed(row, now)]
 
 
 def _metadata_filter(metadata: str | None) -> dict[str, str]:

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from space.api.e2b.tokens import AccessTokens, Operation, SignedRequest
+from space.api.e2b.tokens import AccessTokens, Operation, SignatureExpired, SignedRequest
+from space.control.expiry import deadline_action
 from space.store.db import Database
 from space.store.errors import NotFound
 from space.store.keys import KeyRepo
-from space.store.models import Sandbox
+from space.store.models import Sandbox, utcnow
 from space.store.sandboxes import SandboxRepo
 from space.store.states import SandboxState
 
@@ -92,9 +93,12 @@ def resolve_signed(
         signature=signature,
         expiration=int(expiration) if expiration is not None else None,
     )
-    claims = tokens.signed_by(_signers(db, named_sandbox(request)), signed)
+    try:
+        claims = tokens.signed_by(_signers(db, named_sandbox(request)), signed)
+    except SignatureExpired:
+        raise EnvdAuthError("signature is already expired") from None  # envd's words
     if claims is None:
-        raise EnvdAuthError("invalid or expired signature")
+        raise EnvdAuthError("invalid signature")
     return running(db, claims.sandbox_id, claims.key_id)
 
 
@@ -141,5 +145,9 @@ def _row(repo: SandboxRepo, sandbox_id: str) -> Sandbox:
 
 
 def _require_running(row: Sandbox) -> None:
+    """Running, and not past the deadline that ends or pauses it (as on E2B, where a
+    sandbox's calls fail from its deadline on, before the sweep has acted)."""
     if row.state != SandboxState.RUNNING.value:
         raise SandboxNotRunning(f"sandbox {row.id} was not found: it is {row.state}, not running")
+    if deadline_action(row, utcnow()) is not None:
+        raise SandboxNotRunning(f"sandbox {row.id} was not found: its timeout has passed")

@@ -10,7 +10,8 @@ multiple of `ttl / 4`, which keeps the set of tokens that can be live for a
 
 File URL signatures are the SDK's v1 scheme: `v1_` + unpadded base64 of
 sha256(`path:operation:user:token[:expiration]`). A signature is only as good as
-its token, and its own `signature_expiration`, when given, ends it sooner.
+its token, and its own `signature_expiration`, when given, ends it sooner: as envd
+does, the signature is checked first, then its expiration (`SignatureExpired`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ from typing import Literal
 
 Operation = Literal["read", "write"]
 STEPS_PER_TTL = 4
+
+
+class SignatureExpired(Exception):
+    """A genuine signature whose own `signature_expiration` has passed."""
 
 
 @dataclass(frozen=True)
@@ -85,17 +90,17 @@ class AccessTokens:
         signed: SignedRequest,
         now: float | None = None,
     ) -> TokenClaims | None:
-        """The token (of `candidates`: sandbox id -> valid key ids) that signed the
-        URL, if any and if neither it nor the signature has expired."""
+        """The live token (of `candidates`: sandbox id -> valid key ids) that signed
+        the URL, if any; `SignatureExpired` if one did but the signature has expired."""
         now = time.time() if now is None else now
-        if signed.expiration is not None and signed.expiration < now:
-            return None
         for sandbox_id, key_ids in candidates.items():
             for token in self.live_tokens(sandbox_id, key_ids, now):
                 expected = signature_of(
                     signed.path, signed.operation, signed.user, token, signed.expiration
                 )
                 if hmac.compare_digest(expected, signed.signature):
+                    if signed.expiration is not None and signed.expiration < now:
+                        raise SignatureExpired(signed.path)
                     return self.verify(token, now)
         return None
 
