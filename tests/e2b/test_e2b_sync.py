@@ -22,7 +22,10 @@ from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
 
 from space.api.e2b import metrics
 from space.control.expiry import Expired, Expiry
+from space.services.sandboxes import SandboxService
 from space.store.db import Database
+from space.store.keys import Principal
+from space.store.models import Sandbox as Sandbox_
 from space.store.sandboxes import SandboxRepo
 from tests.conftest import ServerThread
 from tests.control.fakes import FakeNode, PowerNode
@@ -279,6 +282,15 @@ def test_connect_during_a_pause_waits_for_it_then_resumes(
         await suspend(sandbox_id)
 
     monkeypatch.setattr(fake_node, "suspend_sandbox", held_suspend)
+    waiting = threading.Event()
+    settled = SandboxService.settled
+
+    async def seen_settling(self: SandboxService, principal: Principal, row: Sandbox_) -> Sandbox_:
+        if row.state == "suspending":
+            waiting.set()
+        return await settled(self, principal, row)
+
+    monkeypatch.setattr(SandboxService, "settled", seen_settling)
     with ThreadPoolExecutor(2) as pool:
         pausing = pool.submit(sandbox.pause)
         deadline = time.monotonic() + 10
@@ -286,7 +298,7 @@ def test_connect_during_a_pause_waits_for_it_then_resumes(
             assert time.monotonic() < deadline and not pausing.done()
             time.sleep(0.02)
         connecting = pool.submit(Sandbox.connect, sandbox.sandbox_id)
-        time.sleep(0.5)  # the connect arrives while the sandbox is suspending
+        assert waiting.wait(10), "the connect never waited on the suspending sandbox"
         gate.set()
         pausing.result(timeout=10)
         again = connecting.result(timeout=10)
@@ -315,8 +327,10 @@ def test_a_sandbox_past_its_deadline_is_gone_before_the_sweep_gets_to_it(
     for sandbox in (killed, paused):
         assert sandbox.is_running()
         sandbox.set_timeout(1)
-    time.sleep(2.1)  # the deadline is a whole second of the sandbox's life
-    assert not killed.is_running() and not paused.is_running()
+    gone_by = time.monotonic() + 10  # the deadline is a whole second of the sandbox's life
+    while killed.is_running() or paused.is_running():
+        assert time.monotonic() < gone_by, "still running 10 s past a 1 s timeout"
+        time.sleep(0.1)
     with pytest.raises(NotFoundException):
         killed.get_info()
     assert paused.get_info().state.value == "running"  # until the sweep pauses it

@@ -84,7 +84,7 @@ from space.store.templates import TemplateRepo
 FORK_MAX = 16  # sandboxes per fork call (the node's bound too)
 #: The states a sandbox passes through on its way to another, which `settled` waits out.
 MOVING = frozenset({SandboxState.CREATING, SandboxState.SUSPENDING, SandboxState.RESTORING})
-SETTLE_POLL_SECONDS = 0.1
+SETTLE_POLL_SECONDS = 0.25
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
