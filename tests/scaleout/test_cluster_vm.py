@@ -20,7 +20,7 @@ from tests.e2e.server import SpaceServer, free_port, space_binary
 from tests.scaleout.cluster import Cluster
 from tests.waiting import wait_until
 
-pytestmark = [pytest.mark.scaleout, pytest.mark.vm, pytest.mark.netns]
+pytestmark = [pytest.mark.scaleout, pytest.mark.vm, pytest.mark.netns, pytest.mark.timeout(900)]
 
 
 @pytest.fixture

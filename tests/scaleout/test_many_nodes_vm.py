@@ -21,7 +21,7 @@ from tests.e2e.conftest import ServerFactory, database, space_server  # noqa: F4
 from tests.scaleout.many import LOST_AFTER, ManyNodes
 from tests.waiting import wait_until
 
-pytestmark = [pytest.mark.scaleout, pytest.mark.vm, pytest.mark.netns]
+pytestmark = [pytest.mark.scaleout, pytest.mark.vm, pytest.mark.netns, pytest.mark.timeout(900)]
 
 PER_NODE = 10  # 30 sandboxes
 

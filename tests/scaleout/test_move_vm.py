@@ -24,7 +24,7 @@ from tests.scaleout.many import LOST_AFTER, ManyNodes
 from tests.scaleout.test_many_nodes_vm import client, node_of
 from tests.waiting import wait_until
 
-pytestmark = [pytest.mark.scaleout, pytest.mark.vm, pytest.mark.netns]
+pytestmark = [pytest.mark.scaleout, pytest.mark.vm, pytest.mark.netns, pytest.mark.timeout(900)]
 
 
 @pytest.fixture

@@ -125,6 +125,8 @@ class Ingress:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass
+        except asyncio.CancelledError:  # aclose: ends here, not in Python 3.11's
+            pass  # connection callback, which logs a cancelled task as an error
         except Exception:
             log.exception("ingress connection failed")
         finally:

@@ -50,22 +50,55 @@ async def open_tunnel(
     """A byte stream to what `url` (the node's `open_port` route) opens; the pump task
     is kept in `tasks` until it ends."""
     ws = WSConnection(ConnectionType.CLIENT)
+    deadline = asyncio.get_running_loop().time() + connect_timeout
     try:
-        async with asyncio.timeout(connect_timeout):
+        async with asyncio.timeout_at(deadline):
             net = await _connect(url)
-            refused = await _handshake(ws, net, url, token, max_message_bytes)
     except (OSError, TimeoutError) as exc:
         raise unreachable(f"open_port: {type(exc).__name__}: {exc}") from exc
-    if refused is not None:
+    refused: Exception | None = None
+    try:  # every stream opened here is closed if the caller never gets it
+        async with asyncio.timeout_at(deadline):
+            refused = await _handshake(ws, net, url, token, max_message_bytes)
+        if refused is not None:
+            raise refused
+        caller, pumped = await _socket_pair()
+    except (OSError, TimeoutError) as exc:
         net[1].close()
-        raise refused
-    local, far = socket.socketpair()
-    caller = await asyncio.open_connection(sock=local)
-    pumped = await asyncio.open_connection(sock=far)
+        if exc is refused:
+            raise
+        raise unreachable(f"open_port: {type(exc).__name__}: {exc}") from exc
+    except BaseException:
+        net[1].close()
+        raise
     task = asyncio.get_running_loop().create_task(_pump(ws, net, pumped), name="seam-tunnel")
     tasks.add(task)
     task.add_done_callback(tasks.discard)
+    # A pump cancelled before its first step never reaches its own `finally`.
+    task.add_done_callback(lambda _: _close(net, pumped))
     return caller
+
+
+def _close(*streams: Streams) -> None:
+    for _, writer in streams:
+        writer.close()
+
+
+async def _socket_pair() -> tuple[Streams, Streams]:
+    """The caller's end and the pump's end of a socket pair (both closed on failure)."""
+    local, far = socket.socketpair()
+    try:
+        caller = await asyncio.open_connection(sock=local)
+    except BaseException:
+        local.close()
+        far.close()
+        raise
+    try:
+        return caller, await asyncio.open_connection(sock=far)
+    except BaseException:
+        caller[1].close()
+        far.close()
+        raise
 
 
 async def _connect(url: httpx.URL) -> Streams:
