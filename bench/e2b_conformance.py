@@ -21,7 +21,8 @@ one sandbox of each template they use is created and deleted, so a first create'
 base snapshot build is not charged to a test. Each suite runs in a pytest subprocess
 in its tree, under the tree's own pytest.ini, with only E2B_API_URL, E2B_SANDBOX_URL
 and E2B_API_KEY of E2B's variables set (to the server and its key), `--timeout` per
-test and a bound on the whole run, and its junit XML is read (bench/e2b_failures.py).
+test and a bound on the suite's whole run, and its junit XML is read
+(bench/e2b_failures.py).
 `--select` takes test paths as printed (`packages/python-sdk/tests/sync/...py`); a
 suite whose tree holds none of them is left out. `-k` goes to pytest as it is.
 
