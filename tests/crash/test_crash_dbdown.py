@@ -612,6 +612,9 @@ async def test_every_front_answers_503_while_postgres_is_down(
                 assert (await http.get("/healthz")).status_code == 200
                 assert (await http.get("/v1/sandboxes", headers=v1)).status_code == 200
     finally:
+        # A reconcile pass the lifespan's end cancelled may still run its database call
+        # in a thread, and would check out a connection after the dispose (unclosed).
+        await asyncio.get_running_loop().shutdown_default_executor()
         app.state.space.db.dispose()
         if not cluster.running():
             cluster.start()

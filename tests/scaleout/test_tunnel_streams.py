@@ -21,13 +21,18 @@ class Silent:
     def __init__(self, *, hold: bool) -> None:
         self.hold = hold
         self.asked = asyncio.Event()
+        self.ended = asyncio.Event()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(4096)
-        self.asked.set()
-        if self.hold:
-            await reader.read()  # until the caller goes
-        writer.close()
+        try:
+            await reader.read(4096)
+            self.asked.set()
+            if self.hold:
+                await reader.read()  # until the caller goes
+        finally:
+            writer.close()
+            await writer.wait_closed()
+            self.ended.set()
 
 
 async def _open(port: int) -> object:
@@ -56,6 +61,7 @@ async def test_a_failed_handshake_leaves_no_stream_open(hold: bool) -> None:
         else:
             with pytest.raises(NodeUnreachable, match="open_port"):
                 await opening
+        await node.ended.wait()  # its own side closed before this loop ends
         del opening
         gc.collect()
     finally:
