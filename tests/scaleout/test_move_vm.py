@@ -21,7 +21,7 @@ import pytest
 from tests.e2e.conftest import ServerFactory, database, space_server  # noqa: F401 (fixtures)
 from tests.e2e.server import space_binary
 from tests.scaleout.many import LOST_AFTER, ManyNodes
-from tests.scaleout.test_many_nodes_vm import client, node_of
+from tests.scaleout.test_many_nodes_vm import client, node_of, observe
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.scaleout, pytest.mark.vm, pytest.mark.netns, pytest.mark.timeout(900)]
@@ -87,7 +87,10 @@ def test_a_suspended_sandbox_of_a_lost_node_restores_on_another(two: ManyNodes) 
         holder = node_of(two, sandbox)
         two.nodes[holder].signal("node", signal.SIGTERM)  # it drains, then it stops
         wait_until(lambda: node_state(two, holder) in ("draining", "lost"), 60)
-        wait_until(lambda: held_by(two, sandbox) == victim, 300)  # moved back, running
+        try:
+            wait_until(lambda: held_by(two, sandbox) == victim, 300)  # moved back, running
+        except AssertionError:
+            raise AssertionError(f"not moved back to {victim}:\n{_why(two, sandbox)}") from None
         wait_until(lambda: http.get(f"/v1/sandboxes/{sandbox}").json()["state"] == "running", 120)
         wait_until(lambda: not two.nodes[holder].alive("node"), 120)
         assert node_state(two, holder) == "lost"  # it left once it was empty
@@ -114,6 +117,28 @@ def nodes(two: ManyNodes, *args: str) -> list[dict[str, str]]:
 def node_state(two: ManyNodes, name: str) -> str:
     """What `space nodes ls` says of node `name`."""
     return {node["name"]: node["state"] for node in nodes(two, "ls")}[name]
+
+
+def _why(two: ManyNodes, sandbox: str) -> str:
+    """What each node observes of `sandbox`, and the log lines naming it (each node's and
+    the controller's)."""
+    seen = []
+    for name, node in two.nodes.items():
+        try:
+            answer = observe(node.node_url, two.token_of(name).read_text())
+        except httpx.TransportError as exc:
+            seen.append(f"{name}: {exc!r}")
+        else:
+            at = answer.text.find(sandbox)
+            held = answer.text[max(0, at - 100) : at + 300] if at >= 0 else "not held"
+            seen.append(f"{name}: {answer.status_code} {held}")
+        seen += [f"  {line}" for line in _naming(node.log("node"), sandbox)[-15:]]
+    return "\n".join([*seen, "controller:", *_naming(two.control.log("controller"), sandbox)[-30:]])
+
+
+def _naming(log: Path, sandbox: str) -> list[str]:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return [line for line in text.splitlines() if sandbox in line]
 
 
 def held_by(two: ManyNodes, sandbox: str) -> str | None:
