@@ -254,6 +254,10 @@ def test_a_relative_cwd_is_under_the_home_of_the_user_it_runs_as(fake_node: Fake
     assert cwds == ["/root/app", "/root/app", "/srv/node/app", "/tmp", None]
     with pytest.raises(SandboxException, match="no such user 'ghost'"):
         sandbox.commands.run("echo hi", cwd="app", user="ghost")
+    huge = passwd + b"#" * (1 << 20)  # the guest wrote it: the API reads no more than 1 MiB
+    fake_node.files[(sandbox.sandbox_id, "/etc/passwd")] = huge
+    with pytest.raises(SandboxException, match="/etc/passwd is over 1048576 bytes"):
+        sandbox.commands.run("echo hi", cwd="app", user="node")
 
 
 def test_watching_a_file_is_refused_as_envd_refuses_it() -> None:

@@ -51,6 +51,7 @@ router = APIRouter(prefix="/process.Process", route_class=ConnectRoute, include_
 #: E2B's default account; SPACE templates have none, so it means the agent's default (root).
 E2B_DEFAULT_USER = "user"
 PASSWD = "/etc/passwd"
+PASSWD_MAX_BYTES = 1 << 20  # a home lookup reads no more of a guest-written file
 
 
 def request_user(request: Request) -> str | None:
@@ -113,8 +114,12 @@ async def _working_dir(
 
 async def _home_of(state: AppState, sandbox_id: str, user: str) -> str:
     """`user`'s home in the sandbox's /etc/passwd."""
+    passwd = bytearray()
     async with asyncio.timeout(state.settings.timeouts.node_call):
-        passwd = b"".join([chunk async for chunk in state.node.read_file(sandbox_id, PASSWD)])
+        async for chunk in state.node.read_file(sandbox_id, PASSWD):
+            passwd += chunk
+            if len(passwd) > PASSWD_MAX_BYTES:  # the guest wrote it: never read it whole
+                raise ConnectError("invalid_argument", f"{PASSWD} is over {PASSWD_MAX_BYTES} bytes")
     for line in passwd.decode(errors="replace").splitlines():
         fields = line.split(":")
         if len(fields) == 7 and fields[0] == user and fields[5].startswith("/"):
