@@ -56,25 +56,27 @@ async def open_tunnel(
             net = await _connect(url)
     except (OSError, TimeoutError) as exc:
         raise unreachable(f"open_port: {type(exc).__name__}: {exc}") from exc
-    refused: Exception | None = None
     try:  # every stream opened here is closed if the caller never gets it
         async with asyncio.timeout_at(deadline):
             refused = await _handshake(ws, net, url, token, max_message_bytes)
-        if refused is not None:
-            raise refused
-        caller, pumped = await _socket_pair()
     except (OSError, TimeoutError) as exc:
         net[1].close()
-        if exc is refused:
-            raise
         raise unreachable(f"open_port: {type(exc).__name__}: {exc}") from exc
+    except BaseException:
+        net[1].close()
+        raise
+    if refused is not None:
+        net[1].close()
+        raise refused
+    try:
+        caller, pumped = await _socket_pair()
     except BaseException:
         net[1].close()
         raise
     task = asyncio.get_running_loop().create_task(_pump(ws, net, pumped), name="seam-tunnel")
     tasks.add(task)
     task.add_done_callback(tasks.discard)
-    # A pump cancelled before its first step never reaches its own `finally`.
+    # Its streams close when it ends, also if it was cancelled before its first step.
     task.add_done_callback(lambda _: _close(net, pumped))
     return caller
 
@@ -152,8 +154,6 @@ async def _pump(ws: WSConnection, net: Streams, local: Streams) -> None:
     finally:
         up.cancel()
         await asyncio.gather(up, return_exceptions=True)
-        for writer in (net[1], local[1]):
-            writer.close()
 
 
 async def _up(ws: WSConnection, local: asyncio.StreamReader, net: asyncio.StreamWriter) -> None:
